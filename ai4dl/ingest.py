@@ -1,0 +1,237 @@
+"""Trace ingest: read an export, validate every row, MERGE the good ones into bronze, quarantine the rest.
+
+Validation is a pure DataFrame transformation (:func:`validate`) so it is tested without files. Each bad row
+lands in quarantine with the raw row as JSON and every reason it failed (``;``-separated), so an operator can
+fix the export and ingest it again; nothing read is ever dropped without a trace.
+
+Timestamps: a number is epoch seconds, or epoch milliseconds when it is at least 1e11 (1e11 s would be the
+year 5138); anything else is parsed as an ISO-8601 / ``yyyy-MM-dd HH:mm:ss`` string in UTC.
+
+Duplicates: rows sharing ``(pod_id, ts)`` inside one input keep the row with the smallest content hash
+(independent of file order and partitioning); the others are quarantined as ``duplicate_key``. Against rows
+already in bronze, the stored row wins: a rerun inserts nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ai4dl import lake
+from ai4dl.schema import (
+    BEHAVIOUR,
+    BRONZE,
+    BRONZE_PARTITIONS,
+    EVENT_DATE,
+    METRICS,
+    POD_ID,
+    QUARANTINE,
+    SERVICE,
+    SOURCE_COLUMNS,
+    TS,
+)
+
+MILLIS_THRESHOLD = 1e11
+REQUIRED = (POD_ID, TS, *METRICS)
+# usage column -> the limit it is checked against (an absurd factor above it is a broken sample).
+USAGE_LIMITS = {
+    "cpu_usage_cores": "cpu_num_cores",
+    "mem_current": "mem_limit",
+    "mem_working_set": "mem_limit",
+}
+PERCENTS = ("cpu_usage_pct", "cpu_usage_pct_container_requested", "mem_usage_pct")
+
+
+class IngestError(ValueError):
+    """An input that cannot be ingested at all (missing file or column); the message names file and column."""
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    read: int
+    valid: int
+    inserted: int
+    quarantined: int
+    duplicates: int
+
+    def summary(self) -> str:
+        return (
+            f"read {self.read} rows: {self.valid} valid ({self.inserted} new in bronze, "
+            f"{self.valid - self.inserted} already there), {self.quarantined} quarantined "
+            f"({self.duplicates} duplicate keys)"
+        )
+
+
+def column_mapping(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """Source column -> lake column, the export's defaults overlaid by the config's ``ingest.columns``."""
+    mapping = dict(SOURCE_COLUMNS)
+    for src, dst in (overrides or {}).items():
+        mapping = {k: v for k, v in mapping.items() if v != dst}
+        mapping[src] = dst
+    return mapping
+
+
+def read_source(spark: SparkSession, path: str, fmt: str = "csv", delimiter: str = ",") -> DataFrame:
+    """Read an export as it is: CSV columns stay strings so a bad number is seen, not nulled by inference."""
+    if fmt == "csv":
+        reader = spark.read.option("header", "true").option("delimiter", delimiter).option("mode", "PERMISSIVE")
+        df = reader.option("inferSchema", "false").csv(path)
+    elif fmt in ("parquet", "delta"):
+        df = spark.read.format(fmt).load(path)
+    else:
+        raise IngestError(f"{path}: unknown input format '{fmt}' (csv, parquet or delta)")
+    return df.withColumn("source_file", F.col("_metadata.file_path")) if fmt != "delta" else df.withColumn(
+        "source_file", F.lit(path)
+    )
+
+
+def _check_columns(df: DataFrame, mapping: dict[str, str], where: str) -> dict[str, str]:
+    present = {src: dst for src, dst in mapping.items() if src in df.columns}
+    have = {dst for dst in present.values()}
+    missing = [c for c in REQUIRED if c not in have]
+    if missing:
+        want = {dst: src for src, dst in mapping.items()}
+        names = ", ".join(f"'{want.get(c, c)}'" for c in missing)
+        raise IngestError(f"{where}: missing column(s) {names}; the file has: {', '.join(df.columns)}")
+    return present
+
+
+def _parse_ts(c: Column) -> Column:
+    num = c.try_cast(T.DoubleType())
+    as_string = c.cast(T.StringType())
+    from_number = F.when(
+        F.abs(num) >= MILLIS_THRESHOLD, F.timestamp_micros((num * 1000).cast("long"))
+    ).otherwise(F.timestamp_micros((num * 1_000_000).cast("long")))
+    return F.when(num.isNotNull() & ~F.isnan(num), from_number).otherwise(F.try_to_timestamp(as_string))
+
+
+def _blank(c: Column) -> Column:
+    return c.isNull() | (F.trim(c.cast("string")) == "")
+
+
+def validate(df: DataFrame, mapping: dict[str, str] | None = None, max_usage_factor: float = 10.0, where: str = "input") -> DataFrame:
+    """Typed rows in bronze's columns plus ``reasons`` (null when the row is valid) and ``raw``/``raw_hash``."""
+    mapping = mapping if mapping is not None else column_mapping()
+    present = _check_columns(df, mapping, where)
+    source_cols = [c for c in df.columns if c != "source_file"]
+    raw = F.to_json(F.struct(*[F.col(f"`{c}`") for c in source_cols]), {"ignoreNullFields": "false"})
+    src = {dst: F.col(f"`{s}`") for s, dst in present.items()}
+
+    checks: list[Column] = []
+    typed: dict[str, Column] = {}
+    pod = F.trim(src[POD_ID].cast("string"))
+    checks.append(F.when(_blank(src[POD_ID]), F.lit("missing_id")))
+    ts = _parse_ts(src[TS])
+    checks.append(F.when(_blank(src[TS]), F.lit("missing_timestamp")))
+    checks.append(F.when(~_blank(src[TS]) & ts.isNull(), F.lit("unparseable_timestamp")))
+    for m in METRICS:
+        value = src[m].try_cast(T.DoubleType())
+        typed[m] = value
+        checks.append(F.when(_blank(src[m]), F.lit(f"missing_value:{m}")))
+        checks.append(F.when(~_blank(src[m]) & value.isNull(), F.lit(f"unparseable_number:{m}")))
+        finite = ~F.isnan(value) & (F.abs(value) != float("inf"))
+        checks.append(F.when(value.isNotNull() & ~finite, F.lit(f"non_finite:{m}")))
+        checks.append(F.when(value.isNotNull() & finite & (value < 0), F.lit(f"negative:{m}")))
+    for usage, limit in USAGE_LIMITS.items():
+        u, lim = typed[usage], typed[limit]
+        bad = (lim > 0) & (u > lim * max_usage_factor) & ~F.isnan(u) & ~F.isnan(lim)
+        checks.append(F.when(bad, F.lit(f"usage_above_limit:{usage}")))
+    for pct in PERCENTS:
+        v = typed[pct]
+        checks.append(F.when((v > 100.0 * max_usage_factor) & ~F.isnan(v), F.lit(f"usage_above_limit:{pct}")))
+
+    reasons = F.array_join(F.filter(F.array(*checks), lambda x: x.isNotNull()), ";")
+    service = F.coalesce(F.trim(src[SERVICE].cast("string")), F.lit("unknown")) if SERVICE in src else F.lit("unknown")
+    behaviour = src[BEHAVIOUR].cast("string") if BEHAVIOUR in src else F.lit(None).cast("string")
+    out = df.select(
+        pod.alias(POD_ID),
+        service.alias(SERVICE),
+        ts.alias(TS),
+        *[typed[m].alias(m) for m in METRICS],
+        behaviour.alias(BEHAVIOUR),
+        F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string").alias("source_file"),
+        raw.alias("raw"),
+        reasons.alias("reasons"),
+    )
+    out = out.withColumn("reasons", F.when(F.col("reasons") == "", None).otherwise(F.col("reasons")))
+    return out.withColumn("raw_hash", F.sha2(F.col("raw"), 256))
+
+
+def split_duplicates(valid: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(kept, duplicates): one row per ``(pod_id, ts)``, the smallest content hash winning."""
+    w = Window.partitionBy(POD_ID, TS).orderBy("raw_hash", "source_file")
+    ranked = valid.withColumn("_rank", F.row_number().over(w))
+    return ranked.where("_rank = 1").drop("_rank"), ranked.where("_rank > 1").drop("_rank")
+
+
+def to_bronze(kept: DataFrame) -> DataFrame:
+    now = F.current_timestamp()
+    df = kept.withColumn("ingested_at", now).withColumn(EVENT_DATE, F.to_date(F.col(TS)))
+    return df.select(*[F.col(f.name).cast(f.dataType) for f in BRONZE.fields])
+
+
+def to_quarantine(bad: DataFrame) -> DataFrame:
+    grouped = bad.groupBy("source_file", "raw", "reasons", "raw_hash").agg(F.count(F.lit(1)).alias("occurrences"))
+    df = grouped.withColumnRenamed("reasons", "reason").withColumn("quarantined_at", F.current_timestamp())
+    return df.select(*[F.col(f.name).cast(f.dataType) for f in QUARANTINE.fields])
+
+
+def ingest(spark: SparkSession, cfg: dict[str, Any], path: str | None = None, fmt: str | None = None) -> IngestResult:
+    """Ingest one export (file, folder or glob) into bronze and quarantine; rerunning it changes nothing."""
+    icfg = cfg["ingest"]
+    path = path or icfg["input"]
+    if not path:
+        raise IngestError("no input: pass a path or set ingest.input")
+    fmt = fmt or icfg["format"]
+    try:
+        source = read_source(spark, path, fmt, icfg["delimiter"])
+    except Exception as exc:  # Spark's AnalysisException for a missing path: say it in one line
+        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+            raise IngestError(f"{path}: no such input") from None
+        raise
+    validated = validate(source, column_mapping(icfg["columns"]), float(icfg["max_usage_factor"]), where=path)
+    validated = validated.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        valid = validated.where(F.col("reasons").isNull())
+        kept, dups = split_duplicates(valid)
+        dups = dups.withColumn("reasons", F.lit("duplicate_key"))
+        bad = validated.where(F.col("reasons").isNotNull()).unionByName(dups)
+
+        bronze_path = lake.table_path(cfg, "bronze")
+        before = lake.version(spark, bronze_path)
+        lake.merge_new(to_bronze(kept), bronze_path, BRONZE, key=[EVENT_DATE, POD_ID, TS], partition_by=BRONZE_PARTITIONS)
+        inserted = _rows_inserted(spark, bronze_path, before)
+        quarantine = to_quarantine(bad)
+        lake.merge_new(quarantine, lake.table_path(cfg, "quarantine"), QUARANTINE, key=["source_file", "raw_hash", "reason"])
+
+        counts = {r["ok"]: r["n"] for r in validated.groupBy(F.col("reasons").isNull().alias("ok")).agg(F.count("*").alias("n")).collect()}
+        n_dups = dups.count()
+        n_valid = counts.get(True, 0)
+        return IngestResult(
+            read=sum(counts.values()),
+            valid=n_valid - n_dups,
+            inserted=inserted,
+            quarantined=counts.get(False, 0) + n_dups,
+            duplicates=n_dups,
+        )
+    finally:
+        validated.unpersist()
+
+
+def _rows_inserted(spark: SparkSession, path: str, before: int | None) -> int:
+    """Rows the last commits added, from Delta's own operation metrics (no second scan of the input)."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history()
+    if before is not None:
+        history = history.where(F.col("version") > before)
+    total = 0
+    for row in history.select("operation", "operationMetrics").collect():
+        m = row["operationMetrics"] or {}
+        total += int(m.get("numTargetRowsInserted", m.get("numOutputRows", 0)) or 0)
+    return total

@@ -1,0 +1,179 @@
+"""Every table's columns, declared once.
+
+Column names inside the lake are snake_case: the dotted names of the DLaaS export (``pod.id``, ``cpu.usage``)
+need back-quoting in every SQL expression and confuse BI tools, so ingest renames them once, through
+:data:`SOURCE_COLUMNS`, and every later stage speaks only the names below.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+# Natural key of a sample: one row per container per timestamp.
+POD_ID = "pod_id"
+SERVICE = "service"
+TS = "ts"
+EVENT_DATE = "event_date"
+BEHAVIOUR = "behaviour"  # ground truth, only in generated traces
+
+# Metric columns, in the order of the reference export.
+METRICS: tuple[str, ...] = (
+    "cpu_num_cores",
+    "cpu_usage",
+    "cpu_usage_cores",
+    "cpu_usage_pct",
+    "cpu_usage_pct_container_requested",
+    "mem_current",
+    "mem_limit",
+    "mem_usage_pct",
+    "mem_working_set",
+)
+
+# Default CRBM features: the eight the original AI4DL DLaaS model was trained on (all metrics but the core count).
+DEFAULT_FEATURES: tuple[str, ...] = (
+    "cpu_usage",
+    "cpu_usage_cores",
+    "cpu_usage_pct",
+    "cpu_usage_pct_container_requested",
+    "mem_current",
+    "mem_limit",
+    "mem_usage_pct",
+    "mem_working_set",
+)
+
+# Source (export) name -> lake name. Overridable per job through the ``ingest.columns`` config key.
+SOURCE_COLUMNS: dict[str, str] = {
+    "timestamp": TS,
+    "service": SERVICE,
+    "pod.id": POD_ID,
+    **{m.replace("_", "."): m for m in METRICS},
+}
+
+
+def lake_name(source_name: str) -> str:
+    """Lake column of a source column name (``cpu.usage.pct`` -> ``cpu_usage_pct``)."""
+    return SOURCE_COLUMNS.get(source_name, source_name.replace(".", "_"))
+
+
+def source_name(lake: str) -> str:
+    """Source (export) column name of a lake column."""
+    for src, dst in SOURCE_COLUMNS.items():
+        if dst == lake:
+            return src
+    return lake
+
+
+_metric_fields = [T.StructField(m, T.DoubleType(), True) for m in METRICS]
+
+BRONZE = T.StructType(
+    [
+        T.StructField(POD_ID, T.StringType(), False),
+        T.StructField(SERVICE, T.StringType(), False),
+        T.StructField(TS, T.TimestampType(), False),
+        *_metric_fields,
+        T.StructField(BEHAVIOUR, T.StringType(), True),
+        T.StructField("source_file", T.StringType(), True),
+        T.StructField("ingested_at", T.TimestampType(), False),
+        T.StructField(EVENT_DATE, T.DateType(), False),
+    ]
+)
+BRONZE_PARTITIONS = (SERVICE, EVENT_DATE)
+
+QUARANTINE = T.StructType(
+    [
+        T.StructField("source_file", T.StringType(), True),
+        T.StructField("raw", T.StringType(), False),  # the row as read, JSON
+        T.StructField("reason", T.StringType(), False),
+        T.StructField("raw_hash", T.StringType(), False),  # sha256 of raw: with source_file and reason, the key
+        T.StructField("occurrences", T.LongType(), False),  # identical bad rows in one file are stored once, counted
+        T.StructField("quarantined_at", T.TimestampType(), False),
+    ]
+)
+
+# The generator's output: the export's own (dotted) column names, so it is ingested like a real export.
+GENERATED_SOURCE = T.StructType(
+    [
+        T.StructField("timestamp", T.LongType(), False),
+        T.StructField("service", T.StringType(), False),
+        T.StructField("pod.id", T.StringType(), False),
+        T.StructField("cpu.num.cores", T.DoubleType(), False),
+        T.StructField("cpu.usage", T.DoubleType(), False),
+        T.StructField("cpu.usage.cores", T.DoubleType(), False),
+        T.StructField("cpu.usage.pct", T.DoubleType(), False),
+        T.StructField("cpu.usage.pct.container.requested", T.DoubleType(), False),
+        T.StructField("mem.current", T.DoubleType(), False),
+        T.StructField("mem.limit", T.DoubleType(), False),
+        T.StructField("mem.usage.pct", T.DoubleType(), False),
+        T.StructField("mem.working.set", T.DoubleType(), False),
+        T.StructField("behaviour", T.StringType(), False),
+    ]
+)
+
+# Silver: one row per container step, scaled features of the step and its flattened history.
+# ``history`` is time-major, oldest first: [x(t-n) features..., x(t-n+1) features..., ..., x(t-1) features...].
+SILVER = T.StructType(
+    [
+        T.StructField(POD_ID, T.StringType(), False),
+        T.StructField(SERVICE, T.StringType(), False),
+        T.StructField(TS, T.TimestampType(), False),
+        T.StructField("step", T.IntegerType(), False),  # 0-based position in the container's ordered trace
+        T.StructField("segment", T.IntegerType(), False),  # increments after a gap longer than max_gap_seconds
+        T.StructField("features", T.ArrayType(T.DoubleType(), False), False),
+        T.StructField("history", T.ArrayType(T.DoubleType(), False), True),  # null without full history
+        T.StructField("has_full_history", T.BooleanType(), False),
+        T.StructField("cpu_usage_cores", T.DoubleType(), True),  # raw demand, kept for statistics and policies
+        T.StructField("cpu_num_cores", T.DoubleType(), True),
+        T.StructField("mem_current", T.DoubleType(), True),
+        T.StructField("mem_limit", T.DoubleType(), True),
+        T.StructField(BEHAVIOUR, T.StringType(), True),
+    ]
+)
+SILVER_PARTITIONS = (SERVICE,)
+
+# Phases: the silver row's key and raw demand, its phase, the distance to that phase's centre, hidden activations.
+PHASES = T.StructType(
+    [
+        T.StructField(POD_ID, T.StringType(), False),
+        T.StructField(SERVICE, T.StringType(), False),
+        T.StructField(TS, T.TimestampType(), False),
+        T.StructField("step", T.IntegerType(), False),
+        T.StructField("phase", T.IntegerType(), True),  # null without full history
+        T.StructField("distance", T.DoubleType(), True),
+        T.StructField("activations", T.ArrayType(T.DoubleType(), False), True),
+        T.StructField("cpu_usage_cores", T.DoubleType(), True),
+        T.StructField("cpu_num_cores", T.DoubleType(), True),
+        T.StructField("mem_current", T.DoubleType(), True),
+        T.StructField("mem_limit", T.DoubleType(), True),
+        T.StructField(BEHAVIOUR, T.StringType(), True),
+        T.StructField("model_id", T.StringType(), False),
+    ]
+)
+PHASES_PARTITIONS = (SERVICE,)
+
+# Gold: run-length encoded phase sequence per container.
+PHASE_SEQUENCES = T.StructType(
+    [
+        T.StructField(POD_ID, T.StringType(), False),
+        T.StructField(SERVICE, T.StringType(), False),
+        T.StructField("run", T.IntegerType(), False),  # 0-based index of the run in the container's life
+        T.StructField("phase", T.IntegerType(), False),
+        T.StructField("start_ts", T.TimestampType(), False),
+        T.StructField("end_ts", T.TimestampType(), False),
+        T.StructField("start_step", T.IntegerType(), False),
+        T.StructField("end_step", T.IntegerType(), False),
+        T.StructField("duration_steps", T.IntegerType(), False),
+        T.StructField("duration_seconds", T.DoubleType(), False),
+    ]
+)
+
+RUN_LOG = T.StructType(
+    [
+        T.StructField("run_id", T.StringType(), False),
+        T.StructField("job", T.StringType(), False),
+        T.StructField("table", T.StringType(), False),
+        T.StructField("delta_version", T.LongType(), True),
+        T.StructField("rows", T.LongType(), True),
+        T.StructField("config_hash", T.StringType(), False),
+        T.StructField("finished_at", T.TimestampType(), False),
+    ]
+)
