@@ -1,0 +1,142 @@
+"""Gold phase statistics for BI: the resource demand of each phase, per service and fleet-wide, and SQL views.
+
+:func:`phase_statistics` writes one row per ``(service, phase)`` plus one fleet-wide row per phase whose
+``service`` is the sentinel :data:`ALL_SERVICES` (``"__all__"``), all in the :data:`PHASE_STATS` schema. A BI
+tool filters ``service = '__all__'`` for the fleet view and ``service <> '__all__'`` for the per-service one;
+never sum the two.
+
+:func:`create_bi_views` puts SQL names on the gold Delta tables.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ai4dl.behaviour import conform
+from ai4dl.schema import SERVICE
+
+ALL_SERVICES = "__all__"  # service value of the fleet-wide rows
+PERCENTILES = (0.5, 0.95, 0.99)
+# percentile_approx accuracy: the returned value's rank is within samples / accuracy of the exact rank
+# (Greenwald-Khanna sketch); 10000 is Spark's default, i.e. +-0.01 % of the group's samples.
+DEFAULT_ACCURACY = 10_000
+
+_D = T.DoubleType()
+
+# Gold: demand statistics per service and phase (+ fleet-wide rows with service = "__all__").
+# cpu_* are on cpu_usage_cores (cores), mem_* on mem_current (bytes); *_std are stddev_samp (null for one sample);
+# percentiles are percentile_approx at DEFAULT_ACCURACY; samples counts labelled steps (phase not null), the
+# cpu/mem aggregates ignore null metric values; mean_dwell_* come from the phase sequences (null when the
+# phase has no run there, e.g. all its runs were smoothed away).
+PHASE_STATS = T.StructType(
+    [
+        T.StructField(SERVICE, T.StringType(), False),
+        T.StructField("phase", T.IntegerType(), False),
+        T.StructField("samples", T.LongType(), False),
+        T.StructField("cpu_mean", _D, True),
+        T.StructField("cpu_std", _D, True),
+        T.StructField("cpu_p50", _D, True),
+        T.StructField("cpu_p95", _D, True),
+        T.StructField("cpu_p99", _D, True),
+        T.StructField("cpu_max", _D, True),
+        T.StructField("mem_mean", _D, True),
+        T.StructField("mem_std", _D, True),
+        T.StructField("mem_p50", _D, True),
+        T.StructField("mem_p95", _D, True),
+        T.StructField("mem_p99", _D, True),
+        T.StructField("mem_max", _D, True),
+        T.StructField("mean_dwell_steps", _D, True),
+        T.StructField("mean_dwell_seconds", _D, True),
+    ]
+)
+
+_METRICS = {"cpu": "cpu_usage_cores", "mem": "mem_current"}
+
+
+def _metric_aggs(prefix: str, column: str, accuracy: int) -> tuple[list, list]:
+    c = F.col(column).cast(_D)
+    q = f"_{prefix}_q"
+    aggs = [
+        F.avg(c).alias(f"{prefix}_mean"),
+        F.stddev_samp(c).alias(f"{prefix}_std"),
+        F.percentile_approx(c, list(PERCENTILES), accuracy).alias(q),
+        F.max(c).alias(f"{prefix}_max"),
+    ]
+    post = [F.col(q)[i].alias(f"{prefix}_p{int(round(p * 100))}") for i, p in enumerate(PERCENTILES)]
+    return aggs, post
+
+
+def _with_all_rows(df: DataFrame, aggs: list) -> DataFrame:
+    """One aggregation pass over grouping sets ``(service, phase)`` and ``(phase)``; the latter -> ``__all__``."""
+    grouped = df.groupingSets([[F.col(SERVICE), F.col("phase")], [F.col("phase")]], SERVICE, "phase")
+    out = grouped.agg(F.grouping(SERVICE).alias("_all"), *aggs)
+    return out.withColumn(
+        SERVICE, F.when(F.col("_all") == 1, F.lit(ALL_SERVICES)).otherwise(F.col(SERVICE))
+    ).drop("_all")
+
+
+def phase_statistics(phases_df: DataFrame, sequences_df: DataFrame, accuracy: int = DEFAULT_ACCURACY) -> DataFrame:
+    """Demand statistics per ``(service, phase)`` and per phase fleet-wide, in the :data:`PHASE_STATS` schema.
+
+    All demand aggregates (mean, ``stddev_samp``, ``percentile_approx`` at ``accuracy`` for p50/p95/p99, max, for
+    cpu and memory) are computed in one aggregation over grouping sets; dwell means come from a second, small
+    aggregation of ``sequences_df`` (:data:`~ai4dl.schema.PHASE_SEQUENCES`) and are joined on.
+    Steps with a null phase are not counted.
+    """
+    labelled = phases_df.where(F.col("phase").isNotNull())
+    aggs: list = [F.count(F.lit(1)).alias("samples")]
+    post: list = []
+    for prefix, column in _METRICS.items():
+        a, p = _metric_aggs(prefix, column, accuracy)
+        aggs += a
+        post += p
+    demand = _with_all_rows(labelled, aggs)
+    demand = demand.select("*", *post)
+
+    dwell = _with_all_rows(
+        sequences_df,
+        [
+            F.avg(F.col("duration_steps").cast(_D)).alias("mean_dwell_steps"),
+            F.avg(F.col("duration_seconds").cast(_D)).alias("mean_dwell_seconds"),
+        ],
+    )
+    stats = demand.join(dwell, on=[SERVICE, "phase"], how="left")
+    return conform(stats, PHASE_STATS)
+
+
+def _delta(path: str) -> str:
+    return "delta.`" + str(path).replace("`", "``") + "`"
+
+
+VIEWS = ("ai4dl_phase_stats", "ai4dl_phase_share", "ai4dl_phase_sequences", "ai4dl_phase_transitions")
+
+
+def create_bi_views(spark: SparkSession, stats_path: str, sequences_path: str, transitions_path: str) -> list[str]:
+    """``CREATE OR REPLACE TEMP VIEW`` over the gold Delta tables; returns the view names (:data:`VIEWS`).
+
+    * ``ai4dl_phase_stats`` - the :data:`PHASE_STATS` table as is;
+    * ``ai4dl_phase_share`` - ``service, phase, samples, share``: the phase's fraction of the service's labelled
+      samples (for ``service = '__all__'``: of the fleet's), so ``share`` sums to 1 per service;
+    * ``ai4dl_phase_sequences`` - the run-length sequences (:data:`~ai4dl.schema.PHASE_SEQUENCES`);
+    * ``ai4dl_phase_transitions`` - ``src, dst, count, probability``.
+
+    Temp views live as long as the SparkSession. To make them permanent for a BI tool connected to a metastore
+    (Hive metastore, Unity Catalog, Thrift server), register the tables once, e.g.
+    ``CREATE TABLE IF NOT EXISTS ai4dl.phase_stats USING DELTA LOCATION '<stats_path>'`` for each table, then
+    ``CREATE OR REPLACE VIEW ai4dl.phase_share AS <the share query over ai4dl.phase_stats>`` - a permanent view
+    may not reference a temp view, and tables by location keep following the Delta path's latest version.
+    """
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_stats AS SELECT * FROM {_delta(stats_path)}")
+    spark.sql(
+        f"""
+        CREATE OR REPLACE TEMP VIEW ai4dl_phase_share AS
+        SELECT {SERVICE}, phase, samples,
+               CAST(samples AS DOUBLE) / SUM(samples) OVER (PARTITION BY {SERVICE}) AS share
+        FROM {_delta(stats_path)}
+        """
+    )
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_sequences AS SELECT * FROM {_delta(sequences_path)}")
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_transitions AS SELECT * FROM {_delta(transitions_path)}")
+    return list(VIEWS)

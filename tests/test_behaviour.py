@@ -1,0 +1,293 @@
+"""Phase sequences, transitions, graphs, prototypes (ai4dl.behaviour) and gold phase statistics (ai4dl.phase_stats)."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from ai4dl import behaviour as B
+from ai4dl.phase_stats import ALL_SERVICES, PHASE_STATS, create_bi_views, phase_statistics
+from ai4dl.schema import PHASE_SEQUENCES, PHASES
+
+T0 = datetime(2024, 1, 1, 0, 0, 0)
+DT = 30  # seconds between samples
+
+
+def phase_rows(pod, service, phases, cpu=None, mem=None):
+    """PHASES rows for one container: step i at T0 + i * DT."""
+    rows = []
+    for i, p in enumerate(phases):
+        c = None if cpu is None else float(cpu[i])
+        m = None if mem is None else float(mem[i])
+        rows.append(
+            (pod, service, T0 + timedelta(seconds=DT * i), i, p, None, None, c, 4.0, m, 1e9, None, "m1")
+        )
+    return rows
+
+
+def make_phases(spark, containers):
+    rows = []
+    for args in containers:
+        rows += phase_rows(*args)
+    rows.reverse()  # order must come from `step`, not from the input order
+    return spark.createDataFrame(rows, PHASES)
+
+
+def runs_of(df):
+    return sorted(tuple(r) for r in df.collect())
+
+
+# ------------------------------------------------------------------------------------------------ pure helpers
+
+
+@pytest.mark.parametrize(
+    "seq, expected",
+    [
+        ([], []),
+        ([3], [(3, 0, 1)]),
+        ([2, 2, 2, 2], [(2, 0, 4)]),
+        ([0, 0, 1, 1, 2], [(0, 0, 2), (1, 2, 2), (2, 4, 1)]),
+        ([0, 1, 0], [(0, 0, 1), (1, 1, 1), (0, 2, 1)]),
+        ([None, 0, None, 0, 1], [(0, 1, 2), (1, 4, 1)]),  # nulls skipped, do not split
+        ([None, None], []),
+    ],
+)
+def test_rle(seq, expected):
+    assert B.rle(seq) == expected
+
+
+@pytest.mark.parametrize(
+    "runs, min_len, expected",
+    [
+        ([], 3, []),
+        ([(1, 0, 1)], 3, [(1, 0, 1)]),  # nothing long to absorb into: unchanged
+        ([(1, 0, 5)], 3, [(1, 0, 5)]),
+        ([(0, 0, 2), (1, 2, 2)], 1, [(0, 0, 2), (1, 2, 2)]),  # min_len 1: no-op
+        ([(2, 0, 1), (0, 1, 4), (1, 5, 3)], 2, [(0, 0, 5), (1, 5, 3)]),  # short at start -> next
+        ([(0, 0, 4), (1, 4, 1), (2, 5, 4)], 2, [(0, 0, 5), (2, 5, 4)]),  # short in middle -> previous
+        ([(0, 0, 4), (1, 4, 1), (0, 5, 4)], 2, [(0, 0, 9)]),  # ... then equal neighbours re-merge
+        ([(0, 0, 4), (1, 4, 3), (2, 7, 1)], 2, [(0, 0, 4), (1, 4, 4)]),  # short at end -> previous
+        ([(3, 0, 1), (4, 1, 1), (0, 2, 4), (1, 6, 1), (5, 7, 1)], 2, [(0, 0, 8)]),  # several short
+        ([(0, 0, 1), (1, 1, 1), (0, 2, 1)], 5, [(0, 0, 1), (1, 1, 1), (0, 2, 1)]),  # all short: unchanged
+    ],
+)
+def test_smooth_runs(runs, min_len, expected):
+    out = B.smooth_runs(runs, min_len)
+    assert out == expected
+    assert sum(n for *_, n in out) == sum(n for *_, n in runs)  # no step lost
+
+
+def test_smooth_runs_on_rle_roundtrip():
+    seq = [0, 0, 0, 1, 0, 0, 2, 2, 2, 1]
+    assert B.smooth_runs(B.rle(seq), 2) == [(0, 0, 6), (2, 6, 4)]
+
+
+# ------------------------------------------------------------------------------------------------ Spark runs
+
+
+def test_run_lengths_hand_computed(spark):
+    df = make_phases(
+        spark,
+        [
+            ("a", "s1", [None, 0, 0, None, 0, 1, 1, 2]),
+            ("b", "s2", [None, None, 1, 0, 0]),
+        ],
+    )
+    seq = B.run_lengths(df)
+    assert seq.schema == PHASE_SEQUENCES
+
+    def ts(i):
+        return T0 + timedelta(seconds=DT * i)
+
+    expected = [
+        ("a", "s1", 0, 0, ts(1), ts(4), 1, 4, 3, 90.0),
+        ("a", "s1", 1, 1, ts(5), ts(6), 5, 6, 2, 30.0),
+        ("a", "s1", 2, 2, ts(7), ts(7), 7, 7, 1, 0.0),
+        ("b", "s2", 0, 1, ts(2), ts(2), 2, 2, 1, 0.0),
+        ("b", "s2", 1, 0, ts(3), ts(4), 3, 4, 2, 30.0),
+    ]
+    assert runs_of(seq) == expected
+
+
+def test_run_lengths_smoothing(spark):
+    df = make_phases(spark, [("c", "s1", [0, 0, 0, 1, 0, 0, 2, 2, 2, None, 1]), ("d", "s1", [5])])
+    seq = B.run_lengths(df, min_run_steps=2)
+    assert seq.schema == PHASE_SEQUENCES
+
+    def ts(i):
+        return T0 + timedelta(seconds=DT * i)
+
+    assert runs_of(seq) == [
+        ("c", "s1", 0, 0, ts(0), ts(5), 0, 5, 6, 150.0),
+        ("c", "s1", 1, 2, ts(6), ts(10), 6, 10, 4, 120.0),
+        ("d", "s1", 0, 5, ts(0), ts(0), 0, 0, 1, 0.0),  # too short but alone: kept
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ transitions
+
+
+@pytest.fixture(scope="module")
+def ab_sequences(spark):
+    df = make_phases(spark, [("A", "s1", [0, 0, 1, 1, 2]), ("B", "s2", [0, 1, 0])])
+    return B.run_lengths(df).cache()
+
+
+def test_transition_counts(ab_sequences):
+    tr = B.transition_counts(ab_sequences)
+    assert tr.schema == B.TRANSITIONS
+    got = {(r.src, r.dst): (r["count"], r.probability) for r in tr.collect()}
+    assert got == {(0, 1): (2, 1.0), (1, 2): (1, 0.5), (1, 0): (1, 0.5)}
+    by_src: dict[int, float] = {}
+    for (src, _), (_, p) in got.items():
+        by_src[src] = by_src.get(src, 0.0) + p
+    assert all(math.isclose(v, 1.0) for v in by_src.values())
+
+
+def test_dwell_stats(ab_sequences):
+    dw = B.dwell_stats(ab_sequences)
+    assert dw.schema == B.DWELL
+    got = {r.phase: (r.runs, r.mean_dwell_steps, r.mean_dwell_seconds) for r in dw.collect()}
+    # phase 0: A 2 steps (30 s), B 1 + 1 steps (0 s); phase 1: A 2 (30 s), B 1 (0 s); phase 2: A 1 (0 s)
+    assert got == {0: (3, 4 / 3, 10.0), 1: (2, 1.5, 15.0), 2: (1, 1.0, 0.0)}
+
+
+def test_transition_graph(ab_sequences):
+    g = B.transition_graph(B.transition_counts(ab_sequences).toPandas(), B.dwell_stats(ab_sequences).toPandas())
+    assert sorted(g.nodes) == [0, 1, 2]
+    assert g.nodes[0]["runs"] == 3 and math.isclose(g.nodes[0]["mean_dwell_steps"], 4 / 3)
+    assert g.nodes[1]["mean_dwell_seconds"] == 15.0
+    assert sorted(g.edges) == [(0, 1), (1, 0), (1, 2)]
+    assert g.edges[0, 1] == {"count": 2, "probability": 1.0}
+    assert g.edges[1, 2]["probability"] == 0.5
+    for n in g.nodes:
+        out = [d["probability"] for *_, d in g.out_edges(n, data=True)]
+        assert not out or math.isclose(sum(out), 1.0)
+
+
+# ------------------------------------------------------------------------------------------------ prototypes
+
+
+def test_container_paths_and_counts(spark, ab_sequences):
+    paths = {r.pod_id: list(r.path) for r in B.container_phase_paths(ab_sequences).collect()}
+    assert paths == {"A": [0, 1, 2], "B": [0, 1, 0]}
+    assert sorted(B.collect_path_counts(ab_sequences)) == [((0, 1, 0), 1), ((0, 1, 2), 1)]
+    assert B.collect_path_counts(ab_sequences, max_depth=2) == [((0, 1), 2)]
+
+
+PATHS = [(0, 1, 2)] * 5 + [(0, 1)] * 3 + [(0, 2)] * 1 + [(3,)] * 1
+
+
+def test_prototype_tree_counts():
+    pairs = [((0, 1, 2), 5), ((0, 1), 3), ((0, 2), 1), ((3,), 1)]
+    for inp in (PATHS, pairs, dict(pairs)):
+        t = B.prototype_tree(inp)
+        assert t.nodes["root"]["count"] == 10 and t.nodes["root"]["depth"] == 0
+        assert t.nodes["root/0"]["count"] == 9
+        assert t.nodes["root/0/1"] == {"phase": 1, "depth": 2, "count": 8, "ends": 3}
+        assert t.nodes["root/0/1/2"]["count"] == 5 and t.nodes["root/0/1/2"]["ends"] == 5
+        assert t.edges["root/0", "root/0/1"]["count"] == 8
+        for n in t.nodes:
+            child = sum(t.nodes[c]["count"] for c in t.successors(n))
+            assert child <= t.nodes[n]["count"]
+            assert t.nodes[n]["count"] == child + t.nodes[n]["ends"]
+    shallow = B.prototype_tree(pairs, max_depth=1)
+    assert max(d["depth"] for _, d in shallow.nodes(data=True)) == 1
+    assert shallow.nodes["root/0"]["ends"] == 9
+
+
+def test_top_prototypes():
+    top = B.top_prototypes(PATHS, n=2)
+    assert top == [((0, 1, 2), 5, 0.5), ((0, 1), 3, 0.3)]
+    assert math.isclose(B.coverage(top), 0.8)
+    allp = B.top_prototypes(PATHS, n=10)
+    assert len(allp) == 4 and math.isclose(B.coverage(allp), 1.0)
+    assert [p.path for p in allp[2:]] == [(0, 2), (3,)]  # ties broken by path
+    assert B.top_prototypes([], n=3) == []
+
+
+# ------------------------------------------------------------------------------------------------ export
+
+
+def test_write_and_draw_graph(tmp_path, ab_sequences):
+    g = B.transition_graph(B.transition_counts(ab_sequences).toPandas(), B.dwell_stats(ab_sequences).toPandas())
+    graphml, js = B.write_graph(g, tmp_path / "out" / "transitions")
+    back = nx.read_graphml(graphml, node_type=int)
+    assert sorted(back.edges) == sorted(g.edges)
+    assert back.edges[0, 1]["count"] == 2 and back.edges[0, 1]["probability"] == 1.0
+    assert math.isclose(back.nodes[0]["mean_dwell_steps"], 4 / 3)
+    data = json.loads(js.read_text())
+    assert {n["id"] for n in data["nodes"]} == {0, 1, 2}
+    assert sorted(B.read_graph_json(js).edges) == sorted(g.edges)
+
+    png = B.draw_graph(g, tmp_path / "out" / "transitions.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1024
+
+    tree = B.prototype_tree(PATHS)
+    tml, tjs = B.write_graph(tree, tmp_path / "tree")
+    assert nx.read_graphml(tml).nodes["root/0/1"]["count"] == 8
+    assert B.draw_graph(tree, tmp_path / "tree.png").stat().st_size > 1024
+
+
+# ------------------------------------------------------------------------------------------------ phase stats
+
+
+def test_phase_statistics_and_views(spark, tmp_path):
+    cpu_a, mem_a = [1, 2, 3, 4, 10], [100, 200, 300, 400, 1000]
+    cpu_b, mem_b = [5, 6], [500, 600]
+    df = make_phases(
+        spark,
+        [
+            ("a", "s1", [None, 0, 0, 0, 0, 1], [0] + cpu_a, [0] + mem_a),  # the unlabelled step is not counted
+            ("b", "s2", [0, 0], cpu_b, mem_b),
+        ],
+    )
+    seq = B.run_lengths(df)
+    stats = phase_statistics(df, seq)
+    assert stats.schema == PHASE_STATS
+    rows = {(r.service, r.phase): r for r in stats.collect()}
+    assert set(rows) == {("s1", 0), ("s1", 1), ("s2", 0), (ALL_SERVICES, 0), (ALL_SERVICES, 1)}
+
+    def check(r, cpu, mem, dwell_steps, dwell_seconds):
+        assert r.samples == len(cpu)
+        for prefix, vals in (("cpu", cpu), ("mem", mem)):
+            v = np.asarray(vals, dtype=float)
+            assert math.isclose(r[f"{prefix}_mean"], v.mean())
+            assert r[f"{prefix}_max"] == v.max()
+            if len(v) > 1:
+                assert math.isclose(r[f"{prefix}_std"], v.std(ddof=1))
+            else:
+                assert r[f"{prefix}_std"] is None  # stddev_samp of one sample
+            spread = v.max() - v.min()
+            for q in (50, 95, 99):
+                got = r[f"{prefix}_p{q}"]
+                assert got in set(v.tolist())  # percentile_approx returns an observed value...
+                assert abs(got - np.percentile(v, q)) <= spread / max(len(v) - 1, 1) + 1e-9  # ...within a rank
+            assert r[f"{prefix}_p50"] <= r[f"{prefix}_p95"] <= r[f"{prefix}_p99"] <= r[f"{prefix}_max"]
+        assert math.isclose(r.mean_dwell_steps, dwell_steps)
+        assert math.isclose(r.mean_dwell_seconds, dwell_seconds)
+
+    check(rows["s1", 0], cpu_a[:4], mem_a[:4], 4, 90)
+    check(rows["s1", 1], cpu_a[4:], mem_a[4:], 1, 0)
+    check(rows["s2", 0], cpu_b, mem_b, 2, 30)
+    check(rows[ALL_SERVICES, 0], cpu_a[:4] + cpu_b, mem_a[:4] + mem_b, 3, 60)
+    check(rows[ALL_SERVICES, 1], cpu_a[4:], mem_a[4:], 1, 0)
+
+    paths = {n: str(tmp_path / n) for n in ("stats", "seq", "tr")}
+    for frame, key in ((stats, "stats"), (seq, "seq"), (B.transition_counts(seq), "tr")):
+        frame.coalesce(1).write.format("delta").mode("overwrite").save(paths[key])
+    views = create_bi_views(spark, paths["stats"], paths["seq"], paths["tr"])
+    assert "ai4dl_phase_stats" in views and "ai4dl_phase_share" in views and "ai4dl_phase_transitions" in views
+    assert spark.sql("SELECT count(*) FROM ai4dl_phase_stats").first()[0] == 5
+    share = {(r.service, r.phase): r.share for r in spark.sql("SELECT * FROM ai4dl_phase_share").collect()}
+    assert math.isclose(share["s1", 0], 0.8) and math.isclose(share["s1", 1], 0.2)
+    assert math.isclose(share["s2", 0], 1.0)
+    assert math.isclose(share[ALL_SERVICES, 0], 6 / 7)
+    tr = spark.sql("SELECT src, dst, count, probability FROM ai4dl_phase_transitions").collect()
+    assert [tuple(r) for r in tr] == [(0, 1, 1, 1.0)]
+    assert spark.sql("SELECT count(*) FROM ai4dl_phase_sequences").first()[0] == 3  # a: 0, 1; b: 0
