@@ -118,8 +118,8 @@ SILVER = T.StructType(
         T.StructField(TS, T.TimestampType(), False),
         T.StructField("step", T.IntegerType(), False),  # 0-based position in the container's ordered trace
         T.StructField("segment", T.IntegerType(), False),  # increments after a gap longer than max_gap_seconds
-        T.StructField("features", T.ArrayType(T.DoubleType(), False), False),
-        T.StructField("history", T.ArrayType(T.DoubleType(), False), True),  # null without full history
+        T.StructField("features", T.ArrayType(T.DoubleType(), True), False),
+        T.StructField("history", T.ArrayType(T.DoubleType(), True), True),  # null without full history
         T.StructField("has_full_history", T.BooleanType(), False),
         T.StructField("cpu_usage_cores", T.DoubleType(), True),  # raw demand, kept for statistics and policies
         T.StructField("cpu_num_cores", T.DoubleType(), True),
@@ -139,7 +139,7 @@ PHASES = T.StructType(
         T.StructField("step", T.IntegerType(), False),
         T.StructField("phase", T.IntegerType(), True),  # null without full history
         T.StructField("distance", T.DoubleType(), True),
-        T.StructField("activations", T.ArrayType(T.DoubleType(), False), True),
+        T.StructField("activations", T.ArrayType(T.DoubleType(), True), True),
         T.StructField("cpu_usage_cores", T.DoubleType(), True),
         T.StructField("cpu_num_cores", T.DoubleType(), True),
         T.StructField("mem_current", T.DoubleType(), True),

@@ -1,0 +1,90 @@
+"""Phases as k-means clusters of hidden activations, fitted with Spark ML on the whole training fleet.
+
+k-means|| initialisation, seeded; the centres come back to the driver (k x n_hidden numbers) and go into the
+model. The adjusted Rand index, computed from a Spark contingency table of (phase, ground truth) counts, scores
+discovered phases against the generator's behaviours without bringing rows to the driver.
+"""
+
+from __future__ import annotations
+
+from math import comb
+from typing import Iterable
+
+import numpy as np
+from pyspark.ml.clustering import KMeans
+from pyspark.ml.evaluation import ClusteringEvaluator
+from pyspark.ml.functions import array_to_vector
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def _vectors(df: DataFrame, column: str = "activations") -> DataFrame:
+    return df.where(F.col(column).isNotNull()).select(array_to_vector(F.col(column)).alias("v"))
+
+
+def fit_centers(df: DataFrame, k: int, seed: int, column: str = "activations", max_iter: int = 50) -> np.ndarray:
+    """k-means centres (k, dim) of an array column; fewer distinct points than k is an error, not k duplicates."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    vectors = _vectors(df, column).cache()
+    try:
+        n = vectors.count()
+        if n == 0:
+            raise ValueError("no activations to cluster (no window has full history?)")
+        distinct = vectors.select(F.col("v").cast("string")).distinct().limit(k).count()
+        if distinct < k:
+            raise ValueError(f"k={k} phases requested but the activations have only {distinct} distinct points")
+        model = KMeans(k=k, seed=seed, featuresCol="v", initMode="k-means||", maxIter=max_iter).fit(vectors)
+        centers = np.array([np.asarray(c, dtype=np.float64) for c in model.clusterCenters()])
+    finally:
+        vectors.unpersist()
+    # Stable phase ids: order centres by their first coordinate then the rest, not by Spark's internal order.
+    order = np.lexsort(centers.T[::-1])
+    return centers[order]
+
+
+def k_report(df: DataFrame, ks: Iterable[int], seed: int, column: str = "activations") -> list[tuple[int, float, float]]:
+    """(k, silhouette, inertia) for each k, so a user can choose k; each is one distributed fit."""
+    vectors = _vectors(df, column).cache()
+    out = []
+    try:
+        evaluator = ClusteringEvaluator(featuresCol="v", predictionCol="prediction")
+        for k in ks:
+            model = KMeans(k=k, seed=seed, featuresCol="v", initMode="k-means||").fit(vectors)
+            silhouette = evaluator.evaluate(model.transform(vectors))
+            out.append((k, float(silhouette), float(model.summary.trainingCost)))
+    finally:
+        vectors.unpersist()
+    return out
+
+
+def adjusted_rand_index(contingency: np.ndarray) -> float:
+    """ARI from a contingency table (rows: discovered phases, columns: true classes)."""
+    c = np.asarray(contingency, dtype=np.int64)
+    n = int(c.sum())
+    if n < 2:
+        return 1.0
+    sum_cells = sum(comb(int(v), 2) for v in c.ravel())
+    sum_rows = sum(comb(int(v), 2) for v in c.sum(1))
+    sum_cols = sum(comb(int(v), 2) for v in c.sum(0))
+    expected = sum_rows * sum_cols / comb(n, 2)
+    maximum = (sum_rows + sum_cols) / 2
+    if maximum == expected:
+        return 1.0
+    return float((sum_cells - expected) / (maximum - expected))
+
+
+def contingency(df: DataFrame, predicted: str = "phase", truth: str = "behaviour") -> tuple[np.ndarray, list, list]:
+    """Counts of (predicted, truth) pairs, aggregated in Spark; only the small table reaches the driver."""
+    rows = (
+        df.where(F.col(predicted).isNotNull() & F.col(truth).isNotNull())
+        .groupBy(predicted, truth)
+        .count()
+        .collect()
+    )
+    preds = sorted({r[predicted] for r in rows})
+    truths = sorted({r[truth] for r in rows})
+    table = np.zeros((len(preds), len(truths)), dtype=np.int64)
+    for r in rows:
+        table[preds.index(r[predicted]), truths.index(r[truth])] = r["count"]
+    return table, preds, truths

@@ -1,0 +1,231 @@
+"""A phase model on disk: scaler, CRBM weights and k-means centres, as one directory of JSON and safetensors.
+
+No pickle anywhere: loading a model reads numbers and strings only, so a model directory from elsewhere
+cannot run code. ``manifest.json`` lists every file with its SHA-256; a truncated or edited file, a missing
+one, or arrays of the wrong shape are refused with a :class:`ModelError` naming the file.
+
+Versions live under ``<models root>/<name>/v0001``, ``v0002``…; a version is written to a temporary directory
+and renamed into place, so a crash never leaves half a model that :func:`latest_version` would pick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ai4dl import __version__
+from ai4dl.crbm import CRBMWeights
+from ai4dl.scaler import Scaler
+
+FORMAT = "ai4dl-phase-model/1"
+MANIFEST = "manifest.json"
+SCALER_FILE = "scaler.json"
+WEIGHTS_FILE = "weights.safetensors"
+
+
+class ModelError(ValueError):
+    """A model directory that cannot be used, or a model that does not fit the table it is applied to."""
+
+
+@dataclass(frozen=True, eq=False)
+class PhaseModel:
+    scaler: Scaler
+    crbm: CRBMWeights
+    centers: np.ndarray  # (k, n_hidden)
+    # Phase refinement: parent phase -> (sub-centres (m, n_hidden), the phase id each sub-centre labels).
+    refinements: dict[int, tuple[np.ndarray, tuple[int, ...]]] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        centers = np.array(self.centers, dtype=np.float64)
+        object.__setattr__(self, "centers", centers)
+        if tuple(self.scaler.features) and len(self.scaler.features) != self.crbm.n_visible:
+            raise ModelError(
+                f"scaler has {len(self.scaler.features)} features but the CRBM has {self.crbm.n_visible} visible units"
+            )
+        if centers.ndim != 2 or centers.shape[1] != self.crbm.n_hidden or centers.shape[0] < 1:
+            raise ModelError(f"k-means centres must have shape (k, {self.crbm.n_hidden}), got {centers.shape}")
+        for parent, (sub, ids) in self.refinements.items():
+            if not 0 <= parent < centers.shape[0]:
+                raise ModelError(f"refinement of phase {parent}, but the model has phases 0..{centers.shape[0] - 1}")
+            if sub.ndim != 2 or sub.shape[1] != self.crbm.n_hidden or sub.shape[0] != len(ids):
+                raise ModelError(f"refinement of phase {parent}: sub-centres {sub.shape} do not fit ids {ids}")
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return self.scaler.features
+
+    @property
+    def n_history(self) -> int:
+        return self.crbm.n_history
+
+    @property
+    def k(self) -> int:
+        return self.centers.shape[0]
+
+    @property
+    def phase_ids(self) -> list[int]:
+        ids = set(range(self.k))
+        for _, sub_ids in self.refinements.values():
+            ids.update(sub_ids)
+        return sorted(ids)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {**self.crbm.as_dict(), "centers": self.centers}
+        for parent, (sub, _) in self.refinements.items():
+            out[f"refine_{parent}"] = np.asarray(sub, dtype=np.float64)
+        return out
+
+    @property
+    def model_id(self) -> str:
+        """Content digest: two models with the same numbers have the same id, whatever their directory."""
+        h = hashlib.sha256(self.scaler.to_json().encode())
+        for key, arr in sorted(self.arrays().items()):
+            h.update(key.encode())
+            h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+        h.update(json.dumps({str(p): list(ids) for p, (_, ids) in self.refinements.items()}, sort_keys=True).encode())
+        return h.hexdigest()[:16]
+
+    def with_info(self, **info: Any) -> "PhaseModel":
+        return replace(self, info={**self.info, **info})
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save(model: PhaseModel, directory: str | Path) -> Path:
+    """Write the model to ``directory`` (which must not exist yet), atomically."""
+    from safetensors.numpy import save_file
+
+    target = Path(directory)
+    if target.exists():
+        raise ModelError(f"model directory {target} already exists; models are immutable, save a new version")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        (tmp / SCALER_FILE).write_text(model.scaler.to_json())
+        save_file({k: np.ascontiguousarray(v) for k, v in model.arrays().items()}, str(tmp / WEIGHTS_FILE))
+        manifest = {
+            "format": FORMAT,
+            "model_id": model.model_id,
+            "features": list(model.features),
+            "n_visible": model.crbm.n_visible,
+            "n_hidden": model.crbm.n_hidden,
+            "n_history": model.n_history,
+            "history_layout": "time-major, oldest first: index t*n_visible + f for steps t-n..t-1",
+            "k": model.k,
+            "refinements": {str(p): list(ids) for p, (_, ids) in model.refinements.items()},
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "ai4dl_version": __version__,
+            "info": model.info,
+            "files": {name: _sha256(tmp / name) for name in (SCALER_FILE, WEIGHTS_FILE)},
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def load(directory: str | Path) -> PhaseModel:
+    """Read and verify a model directory; every problem is a :class:`ModelError` naming the file."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    d = Path(directory)
+    if not d.is_dir():
+        raise ModelError(f"model directory {d} does not exist")
+    manifest_path = d / MANIFEST
+    if not manifest_path.is_file():
+        raise ModelError(f"{manifest_path}: missing; not a model directory")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{manifest_path}: not valid JSON ({exc})") from None
+    if manifest.get("format") != FORMAT:
+        raise ModelError(f"{manifest_path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    for name, digest in manifest.get("files", {}).items():
+        path = d / name
+        if not path.is_file():
+            raise ModelError(f"{path}: missing")
+        if _sha256(path) != digest:
+            raise ModelError(f"{path}: checksum mismatch (file truncated or edited after the model was saved)")
+    for name in (SCALER_FILE, WEIGHTS_FILE):
+        if name not in manifest.get("files", {}):
+            raise ModelError(f"{manifest_path}: does not list {name}")
+    try:
+        scaler = Scaler.from_json((d / SCALER_FILE).read_text())
+    except (ValueError, TypeError) as exc:
+        raise ModelError(f"{d / SCALER_FILE}: {exc}") from None
+    try:
+        arrays = load_file(str(d / WEIGHTS_FILE))
+    except (SafetensorError, OSError) as exc:
+        raise ModelError(f"{d / WEIGHTS_FILE}: unreadable ({exc})") from None
+    missing = [k for k in ("W", "B", "A", "v_bias", "h_bias", "centers") if k not in arrays]
+    if missing:
+        raise ModelError(f"{d / WEIGHTS_FILE}: lacks array(s) {', '.join(missing)}")
+    try:
+        crbm = CRBMWeights.from_dict({k: arrays[k] for k in ("W", "B", "A", "v_bias", "h_bias")})
+    except ValueError as exc:
+        raise ModelError(f"{d / WEIGHTS_FILE}: {exc}") from None
+    refinements = {}
+    for parent, ids in manifest.get("refinements", {}).items():
+        key = f"refine_{parent}"
+        if key not in arrays:
+            raise ModelError(f"{d / WEIGHTS_FILE}: lacks {key} listed in the manifest")
+        refinements[int(parent)] = (arrays[key].astype(np.float64), tuple(int(i) for i in ids))
+    if tuple(manifest.get("features", [])) != scaler.features:
+        raise ModelError(f"{manifest_path}: feature list differs from {SCALER_FILE}")
+    if manifest.get("n_history") != crbm.n_history:
+        raise ModelError(f"{manifest_path}: n_history {manifest.get('n_history')} but the CRBM weights hold {crbm.n_history}")
+    model = PhaseModel(scaler, crbm, arrays["centers"], refinements, manifest.get("info", {}))
+    if manifest.get("model_id") and manifest["model_id"] != model.model_id:
+        raise ModelError(f"{manifest_path}: model_id does not match the stored numbers")
+    return model
+
+
+_VERSION = re.compile(r"^v(\d{4,})$")
+
+
+def versions(root: str | Path, name: str) -> list[Path]:
+    base = Path(root) / name
+    if not base.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in base.iterdir() if (m := _VERSION.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_version(root: str | Path, name: str) -> Path:
+    found = versions(root, name)
+    if not found:
+        raise ModelError(f"no model versions under {Path(root) / name}; train or import one first")
+    return found[-1]
+
+
+def save_version(model: PhaseModel, root: str | Path, name: str) -> Path:
+    """Save as the next version ``vNNNN`` of ``name``; an identical model already saved is not duplicated."""
+    found = versions(root, name)
+    if found:
+        try:
+            if load(found[-1]).model_id == model.model_id:
+                return found[-1]
+        except ModelError:
+            pass
+    number = int(found[-1].name[1:]) + 1 if found else 1
+    return save(model, Path(root) / name / f"v{number:04d}")

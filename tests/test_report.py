@@ -1,0 +1,145 @@
+"""Report charts and the HTML run report (pandas only, no Spark)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ai4dl import plots
+from ai4dl.policies import POLICIES, PolicyParams
+from ai4dl.report import Section, write_report
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+GIB = 2**30
+
+
+def _container(pod: str, service: str, n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    step = np.arange(n)
+    # three phases in blocks: warm-up (no history -> null), loading (0), training (1), checkpointing (2)
+    phase = np.where(step < 8, -1, np.where(step < 40, 0, np.where((step // 15) % 4 == 3, 2, 1)))
+    cpu_level = np.choose(phase + 1, [0.3, 1.0, 3.2, 1.8])
+    mem_level = np.choose(phase + 1, [1.0, 2.5, 5.0, 6.0])
+    df = pd.DataFrame(
+        {
+            "pod_id": pod,
+            "service": service,
+            "ts": pd.Timestamp("2024-03-01 10:00:00") + pd.to_timedelta(step * 15, unit="s"),
+            "step": step.astype("int32"),
+            "phase": pd.array([None if p < 0 else int(p) for p in phase], dtype="Int32"),
+            "cpu_usage_cores": np.clip(cpu_level + rng.normal(0, 0.15, n), 0, None),
+            "cpu_num_cores": 4.0,
+            "mem_current": np.clip(mem_level + rng.normal(0, 0.1, n), 0, None) * GIB,
+            "mem_limit": 8.0 * GIB,
+            "behaviour": "train",
+        }
+    )
+    df.loc[17, "cpu_usage_cores"] = np.nan  # an unknown sample
+    return df
+
+
+@pytest.fixture(scope="module")
+def phases_pdf() -> pd.DataFrame:
+    return pd.concat([_container("pod-a", "svc-1", 160, 1), _container("pod-b", "svc-2", 120, 2)], ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def summary_pdf() -> pd.DataFrame:
+    rows = []
+    for res in ("cpu", "mem"):
+        for i, p in enumerate(POLICIES):
+            rows.append({"policy": p, "resource": res, "containers": 2, "savings_vs_static": 0.0 if p == "static"
+                         else 0.1 * i + (0.05 if res == "mem" else 0.0),
+                         "fulfilment": 1.0 if p == "static" else 0.99 - 0.03 * i})
+    df = pd.DataFrame(rows)
+    df.loc[len(df) - 1, "fulfilment"] = np.nan  # a null ratio is skipped, not fatal
+    return df
+
+
+def _assert_png(path, min_bytes: int = 2048) -> None:
+    assert path.exists(), path
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    assert len(data) > min_bytes, (path, len(data))
+
+
+def test_phase_colours_stable():
+    assert plots.PHASE_COLOURS[0] == plots.phase_colour(0)
+    assert plots.phase_colour(None) == plots.phase_colour(np.nan) == plots.PHASE_COLOURS[None]
+    assert plots.phase_colour(pd.NA) == plots.NULL_PHASE_COLOUR
+    assert plots.NULL_PHASE_COLOUR not in [plots.phase_colour(i) for i in range(40)]
+    assert len({plots.phase_colour(i) for i in range(18)}) == 18
+    assert plots.phase_colour(18) == plots.phase_colour(0)
+
+
+def test_trace_phases(tmp_path, phases_pdf):
+    one = phases_pdf[phases_pdf["pod_id"] == "pod-a"].sample(frac=1.0, random_state=0)  # unsorted input
+    _assert_png(plots.plot_trace_phases(one, tmp_path / "sub" / "trace.png"))
+    _assert_png(plots.plot_trace_phases(one.drop(columns=["ts"]), tmp_path / "trace_steps.png", title="by step"))
+    _assert_png(plots.plot_trace_phases(one.iloc[:0], tmp_path / "trace_empty.png"), min_bytes=500)
+
+
+def test_phase_boxplots(tmp_path, phases_pdf):
+    _assert_png(plots.plot_phase_boxplots(phases_pdf, tmp_path / "boxes.png"))
+    no_nulls = phases_pdf[phases_pdf["phase"].notna()]
+    _assert_png(plots.plot_phase_boxplots(no_nulls, tmp_path / "boxes2.png"))
+
+
+def test_policy_curves(tmp_path, phases_pdf):
+    one = phases_pdf[phases_pdf["pod_id"] == "pod-b"]
+    one = one[one["step"] != 50]  # a missing step is replayed as unknown usage
+    stats = {0: {"cpu": 1.2, "mem": 2.8 * GIB}, 1: {"cpu": 3.5, "mem": 5.3 * GIB}, 2: {"cpu": 2.1, "mem": float("nan")}}
+    params = PolicyParams(interval_steps=10)
+    _assert_png(plots.plot_policy_curves(one, tmp_path / "policies.png", params, phase_stats=stats))
+    _assert_png(plots.plot_policy_curves(one, tmp_path / "policies_cpu.png", params, policies=["static", "vpa"],
+                                         resource="cpu"))
+    with pytest.raises(ValueError):
+        plots.plot_policy_curves(one, tmp_path / "x.png", params, resource="disk")
+    with pytest.raises(ValueError):
+        plots.plot_policy_curves(one, tmp_path / "x.png", params, policies=["nope"])
+
+
+def test_savings(tmp_path, summary_pdf):
+    _assert_png(plots.plot_savings(summary_pdf, tmp_path / "savings.png"))
+    _assert_png(plots.plot_savings(summary_pdf.iloc[:0], tmp_path / "savings_empty.png"), min_bytes=500)
+
+
+def test_write_report(tmp_path, phases_pdf, summary_pdf):
+    img_dir = tmp_path / "elsewhere"
+    trace = plots.plot_trace_phases(phases_pdf[phases_pdf["pod_id"] == "pod-a"], img_dir / "trace.png")
+    savings = plots.plot_savings(summary_pdf, img_dir / "savings.png")
+    out = tmp_path / "report"
+    table = pd.DataFrame({"policy": ["vpa", "phase.rule"], "savings": [0.4213, 0.3777], "note": ["a<b", None]})
+    index = write_report(
+        out,
+        "AI4DL run & report",
+        {"model_id": "crbm-42", "rows": 12345, "timings": {"fit_s": 1.5}},
+        [
+            Section("Policy summary", "Savings <script>alert(1)</script> vs static.\n\nSecond paragraph.",
+                    table=table),
+            Section("Charts", "", images=[trace, savings]),
+        ],
+    )
+    assert index == out / "index.html"
+    page = index.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    assert "AI4DL run &amp; report" in page
+    assert "Policy summary" in page and "Charts" in page
+    assert "<script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "crbm-42" in page and "12345" in page and "fit_s=1.5" in page
+    assert re.search(r"<td>vpa</td>", page) and "<td>phase.rule</td>" in page
+    assert "0.4213" in page and "a&lt;b" in page
+    assert page.count('src="data:image/png;base64,') == 2
+    # the PNGs are kept beside the page too
+    assert (out / "trace.png").read_bytes() == trace.read_bytes()
+    assert (out / "savings.png").exists()
+
+
+def test_write_report_missing_image(tmp_path):
+    with pytest.warns(UserWarning):
+        index = write_report(tmp_path, "r", None, [Section("only", images=[tmp_path / "gone.png"])])
+    assert "image missing" in index.read_text()
