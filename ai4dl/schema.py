@@ -47,6 +47,7 @@ SOURCE_COLUMNS: dict[str, str] = {
     "service": SERVICE,
     "pod.id": POD_ID,
     **{m.replace("_", "."): m for m in METRICS},
+    "behaviour": BEHAVIOUR,
 }
 
 

@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make demo` (install + whole pipeline) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.ai4dl-installed
+CONF   ?= conf/local.yaml
+
+.PHONY: install demo test test-all reference bench clean
+
+# The venv is made once; torch (large) is downloaded only when pyproject.toml changes or the venv is new.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/ai4dl demo --conf $(CONF)
+
+test: install
+	$(BIN)/python -m pytest
+
+# Also the slow and benchmark-marked tests.
+test-all: install
+	$(BIN)/python -m pytest -m ""
+
+# The DLaaS sample labelled with the original AI4DL model (needs ../shared beside the project).
+reference: install
+	$(BIN)/ai4dl import-reference-model ../shared/data/reference/reference_model.json --conf conf/dlaas_reference.yaml
+	$(BIN)/ai4dl ingest --conf conf/dlaas_reference.yaml
+	$(BIN)/ai4dl window --conf conf/dlaas_reference.yaml
+	$(BIN)/ai4dl label --conf conf/dlaas_reference.yaml
+	$(BIN)/ai4dl behaviour --conf conf/dlaas_reference.yaml
+	$(BIN)/ai4dl policies --conf conf/dlaas_reference.yaml --set policies.interval_steps=5
+	$(BIN)/ai4dl report --conf conf/dlaas_reference.yaml
+
+bench: install
+	$(BIN)/python bench/pipeline.py
+
+clean:
+	rm -rf data spark-warehouse .pytest_cache
