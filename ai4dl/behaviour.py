@@ -43,7 +43,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ai4dl.schema import PHASE_SEQUENCES, POD_ID, SERVICE, TS
+from ai4dl.schema import DWELL, PHASE_SEQUENCES, POD_ID, SERVICE, TRANSITIONS, TS
 
 CONTAINER = (POD_ID, SERVICE)
 ROOT = "root"
@@ -261,23 +261,7 @@ def smooth_container_runs(pdf: pd.DataFrame, min_len: int) -> pd.DataFrame:
     return out
 
 
-TRANSITIONS = T.StructType(
-    [
-        T.StructField("src", T.IntegerType(), False),
-        T.StructField("dst", T.IntegerType(), False),
-        T.StructField("count", T.LongType(), False),
-        T.StructField("probability", T.DoubleType(), False),
-    ]
-)
 
-DWELL = T.StructType(
-    [
-        T.StructField("phase", T.IntegerType(), False),
-        T.StructField("runs", T.LongType(), False),
-        T.StructField("mean_dwell_steps", T.DoubleType(), False),
-        T.StructField("mean_dwell_seconds", T.DoubleType(), False),
-    ]
-)
 
 
 def transition_counts(sequences_df: DataFrame) -> DataFrame:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from pyspark.sql.types import StructType
 

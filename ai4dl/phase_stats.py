@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from ai4dl.behaviour import conform
-from ai4dl.schema import SERVICE
+from ai4dl.schema import PHASE_STATS, SERVICE
 
 ALL_SERVICES = "__all__"  # service value of the fleet-wide rows
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -23,40 +22,13 @@ PERCENTILES = (0.5, 0.95, 0.99)
 # (Greenwald-Khanna sketch); 10000 is Spark's default, i.e. +-0.01 % of the group's samples.
 DEFAULT_ACCURACY = 10_000
 
-_D = T.DoubleType()
 
-# Gold: demand statistics per service and phase (+ fleet-wide rows with service = "__all__").
-# cpu_* are on cpu_usage_cores (cores), mem_* on mem_current (bytes); *_std are stddev_samp (null for one sample);
-# percentiles are percentile_approx at DEFAULT_ACCURACY; samples counts labelled steps (phase not null), the
-# cpu/mem aggregates ignore null metric values; mean_dwell_* come from the phase sequences (null when the
-# phase has no run there, e.g. all its runs were smoothed away).
-PHASE_STATS = T.StructType(
-    [
-        T.StructField(SERVICE, T.StringType(), False),
-        T.StructField("phase", T.IntegerType(), False),
-        T.StructField("samples", T.LongType(), False),
-        T.StructField("cpu_mean", _D, True),
-        T.StructField("cpu_std", _D, True),
-        T.StructField("cpu_p50", _D, True),
-        T.StructField("cpu_p95", _D, True),
-        T.StructField("cpu_p99", _D, True),
-        T.StructField("cpu_max", _D, True),
-        T.StructField("mem_mean", _D, True),
-        T.StructField("mem_std", _D, True),
-        T.StructField("mem_p50", _D, True),
-        T.StructField("mem_p95", _D, True),
-        T.StructField("mem_p99", _D, True),
-        T.StructField("mem_max", _D, True),
-        T.StructField("mean_dwell_steps", _D, True),
-        T.StructField("mean_dwell_seconds", _D, True),
-    ]
-)
 
 _METRICS = {"cpu": "cpu_usage_cores", "mem": "mem_current"}
 
 
 def _metric_aggs(prefix: str, column: str, accuracy: int) -> tuple[list, list]:
-    c = F.col(column).cast(_D)
+    c = F.col(column).cast("double")
     q = f"_{prefix}_q"
     aggs = [
         F.avg(c).alias(f"{prefix}_mean"),
@@ -98,8 +70,8 @@ def phase_statistics(phases_df: DataFrame, sequences_df: DataFrame, accuracy: in
     dwell = _with_all_rows(
         sequences_df,
         [
-            F.avg(F.col("duration_steps").cast(_D)).alias("mean_dwell_steps"),
-            F.avg(F.col("duration_seconds").cast(_D)).alias("mean_dwell_seconds"),
+            F.avg(F.col("duration_steps").cast("double")).alias("mean_dwell_steps"),
+            F.avg(F.col("duration_seconds").cast("double")).alias("mean_dwell_seconds"),
         ],
     )
     stats = demand.join(dwell, on=[SERVICE, "phase"], how="left")

@@ -59,6 +59,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.window import Window
 
+from ai4dl.schema import POLICY_REPLAY
+
 POLICIES: tuple[str, ...] = (
     "static",
     "current.step.max",
@@ -76,22 +78,6 @@ RESOURCES: dict[str, tuple[str, str]] = {
 }
 
 # One row per (container, policy, resource). To move into ai4dl.schema later, under this name.
-POLICY_REPLAY = T.StructType(
-    [
-        T.StructField("pod_id", T.StringType(), False),
-        T.StructField("service", T.StringType(), True),
-        T.StructField("policy", T.StringType(), False),
-        T.StructField("resource", T.StringType(), False),  # cpu | mem
-        T.StructField("steps", T.LongType(), False),  # steps with known usage and limit
-        T.StructField("used", T.DoubleType(), False),  # sum of usage over those steps
-        T.StructField("allocated", T.DoubleType(), False),  # sum of the policy's allocation
-        T.StructField("static_allocated", T.DoubleType(), False),  # sum of the limit
-        T.StructField("met_steps", T.LongType(), False),  # allocation >= usage
-        T.StructField("shortfall_steps", T.LongType(), False),
-        T.StructField("shortfall_total", T.DoubleType(), False),  # sum of max(usage - allocation, 0)
-        T.StructField("shortfall_max", T.DoubleType(), False),  # 0 without steps
-    ]
-)
 REPLAY_COLUMNS: tuple[str, ...] = tuple(f.name for f in POLICY_REPLAY.fields)
 
 # PHASES columns a replay needs (activations and the rest are not shipped to the Python workers).

@@ -167,6 +167,71 @@ PHASE_SEQUENCES = T.StructType(
     ]
 )
 
+# Gold: demand statistics per service and phase (+ fleet-wide rows with service = "__all__").
+# cpu_* are on cpu_usage_cores (cores), mem_* on mem_current (bytes); *_std are stddev_samp (null for one sample);
+# percentiles are percentile_approx at DEFAULT_ACCURACY; samples counts labelled steps (phase not null), the
+# cpu/mem aggregates ignore null metric values; mean_dwell_* come from the phase sequences (null when the
+# phase has no run there, e.g. all its runs were smoothed away).
+PHASE_STATS = T.StructType(
+    [
+        T.StructField(SERVICE, T.StringType(), False),
+        T.StructField("phase", T.IntegerType(), False),
+        T.StructField("samples", T.LongType(), False),
+        T.StructField("cpu_mean", T.DoubleType(), True),
+        T.StructField("cpu_std", T.DoubleType(), True),
+        T.StructField("cpu_p50", T.DoubleType(), True),
+        T.StructField("cpu_p95", T.DoubleType(), True),
+        T.StructField("cpu_p99", T.DoubleType(), True),
+        T.StructField("cpu_max", T.DoubleType(), True),
+        T.StructField("mem_mean", T.DoubleType(), True),
+        T.StructField("mem_std", T.DoubleType(), True),
+        T.StructField("mem_p50", T.DoubleType(), True),
+        T.StructField("mem_p95", T.DoubleType(), True),
+        T.StructField("mem_p99", T.DoubleType(), True),
+        T.StructField("mem_max", T.DoubleType(), True),
+        T.StructField("mean_dwell_steps", T.DoubleType(), True),
+        T.StructField("mean_dwell_seconds", T.DoubleType(), True),
+    ]
+)
+
+# Gold: fleet-wide transitions between consecutive runs; probability = count / all transitions out of src.
+TRANSITIONS = T.StructType(
+    [
+        T.StructField("src", T.IntegerType(), False),
+        T.StructField("dst", T.IntegerType(), False),
+        T.StructField("count", T.LongType(), False),
+        T.StructField("probability", T.DoubleType(), False),
+    ]
+)
+
+# Per phase: how many runs and how long they last (from the sequences).
+DWELL = T.StructType(
+    [
+        T.StructField("phase", T.IntegerType(), False),
+        T.StructField("runs", T.LongType(), False),
+        T.StructField("mean_dwell_steps", T.DoubleType(), False),
+        T.StructField("mean_dwell_seconds", T.DoubleType(), False),
+    ]
+)
+
+# Gold: one row per replayed container, policy and resource (cpu in cores, mem in bytes).
+POLICY_REPLAY = T.StructType(
+    [
+        T.StructField("pod_id", T.StringType(), False),
+        T.StructField("service", T.StringType(), True),
+        T.StructField("policy", T.StringType(), False),
+        T.StructField("resource", T.StringType(), False),  # cpu | mem
+        T.StructField("steps", T.LongType(), False),  # steps with known usage and limit
+        T.StructField("used", T.DoubleType(), False),  # sum of usage over those steps
+        T.StructField("allocated", T.DoubleType(), False),  # sum of the policy's allocation
+        T.StructField("static_allocated", T.DoubleType(), False),  # sum of the limit
+        T.StructField("met_steps", T.LongType(), False),  # allocation >= usage
+        T.StructField("shortfall_steps", T.LongType(), False),
+        T.StructField("shortfall_total", T.DoubleType(), False),  # sum of max(usage - allocation, 0)
+        T.StructField("shortfall_max", T.DoubleType(), False),  # 0 without steps
+    ]
+)
+
 RUN_LOG = T.StructType(
     [
         T.StructField("run_id", T.StringType(), False),

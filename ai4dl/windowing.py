@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from ai4dl import lake
 from ai4dl.scaler import Scaler
-from ai4dl.schema import BEHAVIOUR, POD_ID, SERVICE, SILVER, SILVER_PARTITIONS, TS
+from ai4dl.schema import BEHAVIOUR, POD_ID, SILVER, SILVER_PARTITIONS, TS
 
 PROP_SCALER = "ai4dl.scaler"
 PROP_HISTORY = "ai4dl.n_history"
