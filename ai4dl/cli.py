@@ -54,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("behaviour", parents=[common], help="phase sequences, transition graph, phase statistics (gold)")
     sub.add_parser("policies", parents=[common], help="replay the test fleet under allocation policies")
+    opt = sub.add_parser("optimize", parents=[common], help="compact (and Z-order) the lake's Delta tables")
+    opt.add_argument("tables", nargs="*", help="logical table names (default: all)")
     rep = sub.add_parser("report", parents=[common], help="HTML report of the current tables")
     rep.add_argument("--out", help="report folder (default: report.dir)")
 
@@ -116,6 +118,15 @@ def _run(args: argparse.Namespace, cfg: dict) -> int:
         pipeline.run_behaviour(spark, cfg)
     elif cmd == "policies":
         pipeline.run_policies(spark, cfg)
+    elif cmd == "optimize":
+        from ai4dl import lake
+
+        for name in args.tables or [n for n in lake.TABLES if n != "run_log"]:
+            if name not in lake.TABLES:
+                raise ValueError(f"unknown table '{name}' (known: {', '.join(lake.TABLES)})")
+            metrics = lake.optimize(spark, cfg, name)
+            if metrics:
+                print(f"optimize {name}: {metrics['files_removed']} files compacted into {metrics['files_added']}")
     elif cmd == "report":
         path = pipeline.run_report(spark, cfg, args.out)
         print(f"report: {path}")
