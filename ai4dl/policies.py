@@ -248,7 +248,12 @@ def allocate(
                 if np.isnan(p) or int(p) not in stats:
                     continue
                 entry = stats[int(p)]
-                value = _finite(entry.get(resource) if isinstance(entry, Mapping) else math.nan)
+                if not isinstance(entry, Mapping):
+                    continue
+                if f"{resource}_fraction" in entry:  # a share of this container's limit
+                    value = _finite(entry[f"{resource}_fraction"]) * lim[min(i * length, n - 1)]
+                else:
+                    value = _finite(entry.get(resource))
                 decision[i] = value * (1.0 + float(params.margin))
     else:  # vpa
         q = _weighted_quantile_past(u, length, float(params.vpa_percentile), float(params.vpa_half_life_steps))
@@ -407,6 +412,25 @@ def phase_stats_for_policy(
         pdf = pdf[pdf["service"] == "__all__"]
     pdf = pdf[pdf["phase"].notna()]
     return {int(r["phase"]): {"cpu": _finite(r[cpu_col]), "mem": _finite(r[mem_col])} for _, r in pdf.iterrows()}
+
+
+def phase_fraction_stats(phases_df: DataFrame, quantile: float = 0.95, accuracy: int = 10_000) -> dict[int, dict[str, float]]:
+    """``{phase: {"cpu_fraction": q, "mem_fraction": q}}``: the phase's ``quantile`` of usage / limit.
+
+    On a fleet of different container sizes an absolute statistic (cores, bytes) of a phase mixes small and
+    large containers; as a share of each container's own limit it transfers between them, so ``phase.rule``
+    allocates ``share * limit``. One Spark aggregation; only k rows reach the driver.
+    """
+    rows = (
+        phases_df.where(F.col("phase").isNotNull())
+        .groupBy("phase")
+        .agg(
+            F.percentile_approx(F.col("cpu_usage_cores") / F.col("cpu_num_cores"), quantile, accuracy).alias("cpu"),
+            F.percentile_approx(F.col("mem_current") / F.col("mem_limit"), quantile, accuracy).alias("mem"),
+        )
+        .collect()
+    )
+    return {int(r["phase"]): {"cpu_fraction": _finite(r["cpu"]), "mem_fraction": _finite(r["mem"])} for r in rows}
 
 
 _SUMMARY_FORMAT: tuple[tuple[str, str, int], ...] = (

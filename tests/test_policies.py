@@ -334,3 +334,24 @@ def test_phase_stats_for_policy():
     np.testing.assert_allclose(alloc, [500.0] * 4)
     with pytest.raises(ValueError, match="lack"):
         phase_stats_for_policy(pdf, ("cpu_p50", "mem_p50"))
+
+
+def test_phase_rule_with_fractions_of_the_limit(spark):
+    # phase 1 uses 20% of the limit, phase 2 40%; the rule allocates that share of each container's own limit
+    stats = {1: {"cpu_fraction": 0.2, "mem_fraction": 0.5}, 2: {"cpu_fraction": 0.4, "mem_fraction": 0.5}}
+    usage = np.array([1.0, 1, 1, 1, 1, 1, 1, 1])
+    phases = [1, 1, 1, 1, 2, 2, 2, 2]
+    p = PolicyParams(interval_steps=4, margin=0.0)
+    np.testing.assert_allclose(allocate("phase.rule", usage, 10.0, p, phases, stats, "cpu"), [10] * 4 + [2.0] * 4)
+    np.testing.assert_allclose(allocate("phase.rule", usage, 40.0, p, phases, stats, "cpu"), [40] * 4 + [8.0] * 4)
+
+    from ai4dl.policies import phase_fraction_stats
+    from ai4dl.schema import PHASES
+
+    t0 = datetime(2024, 1, 1)
+    rows = [
+        ("a", "s", t0, i, ph, None, None, cpu, 4.0, mem, 100.0, None, "m")
+        for i, (ph, cpu, mem) in enumerate([(0, 1.0, 10.0), (0, 2.0, 20.0), (1, 4.0, 100.0)])
+    ]
+    got = phase_fraction_stats(spark.createDataFrame(rows, PHASES), quantile=1.0)
+    assert got == {0: {"cpu_fraction": 0.5, "mem_fraction": 0.2}, 1: {"cpu_fraction": 1.0, "mem_fraction": 1.0}}
