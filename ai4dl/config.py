@@ -73,6 +73,8 @@ DEFAULTS: dict[str, Any] = {
         "max_per_container": 2_000,
         "seed": 1234,
         "device": "auto",  # auto | cpu | cuda
+        # > 1: train the CRBM data-parallel with Spark's TorchDistributor on this many processes.
+        "distributor_processes": 0,
         "k_range": None,  # e.g. [3, 8]: print silhouette and inertia for each k
         "model_name": "ai4dl",
     },
@@ -80,8 +82,11 @@ DEFAULTS: dict[str, Any] = {
         "model": None,  # model directory; default: latest version under lake.models/<train.model_name>
     },
     "behaviour": {
-        "min_run_steps": 1,
+        # Runs shorter than this are absorbed by a neighbour: single-step flickers are noise, not phases.
+        "min_run_steps": 3,
         "top_prototypes": 5,
+        # Prototypes and the prefix tree use the first runs of each life (whole lives rarely repeat exactly).
+        "prototype_depth": 4,
     },
     "policies": {
         "interval_steps": 10,

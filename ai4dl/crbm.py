@@ -348,6 +348,7 @@ def train_crbm(
     log: Callable[[str], Any] | None = print,
     sample_hidden: bool = False,
     dtype: str = "float32",
+    epoch_sync: Callable[[Any, float], float] | None = None,
 ) -> TrainResult:
     """Mini-batch CD-k with early stopping; returns the weights of the best epoch, not the last.
 
@@ -355,6 +356,10 @@ def train_crbm(
     (plus the hidden samples when ``sample_hidden``), so two runs with the same seed on the same device
     give bit-identical weights. Training stops once the epoch-mean reconstruction error has failed to
     improve on the best by more than ``min_delta`` for ``patience`` consecutive epochs.
+
+    ``epoch_sync(model, epoch_error) -> epoch_error`` runs after every epoch: data-parallel training passes one
+    that averages the parameters and the error over all ranks, so every rank continues from, and stops on,
+    the same numbers (see :func:`ai4dl.training.train_distributed`).
     """
     import torch
 
@@ -394,6 +399,8 @@ def train_crbm(
                 err = model.cd_step(xt[idx], ct[idx], learning_rate, k=int(cd_k), sample_hidden=sample_hidden)
                 total += err * idx.shape[0]
             epoch_err = total / n
+            if epoch_sync is not None:
+                epoch_err = float(epoch_sync(model, epoch_err))
             epoch_errors.append(epoch_err)
             if not np.isfinite(epoch_err):
                 raise FloatingPointError(

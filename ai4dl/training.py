@@ -57,11 +57,10 @@ def train_model(spark: SparkSession, cfg: dict[str, Any], log=print) -> tuple[Ph
     x, cond = _matrices(sample, len(scaler.features), len(scaler.features) * n_history)
     log(f"train: CRBM on {len(x)} sampled windows ({len(scaler.features)} features, history {n_history})")
     t0 = time.time()
-    result = train_crbm(
-        x, cond, n_hidden=int(t["n_hidden"]), cd_k=int(t["cd_k"]), epochs=int(t["epochs"]),
-        batch_size=int(t["batch_size"]), learning_rate=float(t["learning_rate"]), patience=int(t["patience"]),
-        min_delta=float(t["min_delta"]), seed=int(t["seed"]), device=str(t["device"]), log=log,
-    )
+    if int(t["distributor_processes"]) > 1:
+        result = train_distributed(x, cond, _crbm_params(t), int(t["distributor_processes"]), log=log)
+    else:
+        result = train_crbm(x, cond, **_crbm_params(t), log=log)
     crbm_seconds = time.time() - t0
     # Encode every training window with placeholder centres, then cluster the activations in Spark.
     provisional = PhaseModel(scaler, result.weights, np.zeros((1, result.weights.n_hidden)))
@@ -94,6 +93,56 @@ def train_model(spark: SparkSession, cfg: dict[str, Any], log=print) -> tuple[Ph
     )
     report.update(score_holdout(spark, cfg, model, silver))
     return model, report
+
+
+def _crbm_params(t: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "n_hidden": int(t["n_hidden"]), "cd_k": int(t["cd_k"]), "epochs": int(t["epochs"]),
+        "batch_size": int(t["batch_size"]), "learning_rate": float(t["learning_rate"]), "patience": int(t["patience"]),
+        "min_delta": float(t["min_delta"]), "seed": int(t["seed"]), "device": str(t["device"]),
+    }
+
+
+def _distributed_worker(x: np.ndarray, cond: np.ndarray, params: dict[str, Any]) -> dict[str, Any]:
+    """One rank of data-parallel CD: its shard of the sample, parameters averaged after every epoch."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    def average(model: Any, epoch_error: float) -> float:
+        with torch.no_grad():
+            for p in model.parameters():
+                dist.all_reduce(p.data, op=dist.ReduceOp.SUM)
+                p.data /= world
+        err = torch.tensor([epoch_error], dtype=torch.float64)
+        dist.all_reduce(err, op=dist.ReduceOp.SUM)
+        return float(err.item() / world)
+
+    result = train_crbm(x[rank::world], cond[rank::world], **params, log=None, epoch_sync=average)
+    dist.destroy_process_group()
+    return {"weights": result.weights.as_dict(), "errors": result.epoch_errors, "stopped": result.stopped_early, "device": result.device}
+
+
+def train_distributed(x: np.ndarray, cond: np.ndarray, params: dict[str, Any], processes: int, log=print):
+    """The CRBM trained with Spark's TorchDistributor (``train.distributor_processes`` > 1): data-parallel
+    CD with parameter averaging each epoch, on the driver's cores in local mode, on executors otherwise."""
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    from ai4dl.crbm import CRBMWeights, TrainResult
+
+    t0 = time.time()
+    spark = SparkSession.getActiveSession()
+    local = spark is None or spark.sparkContext.master.startswith("local")
+    out = TorchDistributor(num_processes=processes, local_mode=local, use_gpu=params["device"] == "cuda").run(
+        _distributed_worker, x, cond, params
+    )
+    log(f"train: TorchDistributor, {processes} processes, {len(out['errors'])} epochs, rec_error {min(out['errors']):.6f}")
+    return TrainResult(
+        weights=CRBMWeights.from_dict(out["weights"]), epoch_errors=out["errors"], epochs_run=len(out["errors"]),
+        stopped_early=out["stopped"], seconds=time.time() - t0, device=out["device"],
+    )
 
 
 def score_holdout(spark: SparkSession, cfg: dict[str, Any], model: PhaseModel, silver: DataFrame) -> dict[str, Any]:

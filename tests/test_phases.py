@@ -109,3 +109,17 @@ def test_adjusted_rand_index():
     for p, t in zip(pred, truth):
         table[p, t] += 1
     assert adjusted_rand_index(table) == pytest.approx(adjusted_rand_score(truth, pred))
+
+
+def test_torch_distributor_data_parallel_training(spark):
+    """Two ranks on local cores through Spark's TorchDistributor: parameters averaged each epoch, error falls."""
+    from ai4dl.training import train_distributed
+
+    rng = np.random.default_rng(0)
+    regime = rng.integers(0, 2, size=2000)
+    x = rng.normal(size=(2000, 4)) * 0.3 + regime[:, None] * 2.0
+    cond = np.repeat(x, 2, axis=1) + rng.normal(size=(2000, 8)) * 0.1
+    params = dict(n_hidden=3, cd_k=1, epochs=4, batch_size=64, learning_rate=0.01, patience=5, min_delta=0.0, seed=5, device="cpu")
+    result = train_distributed(x, cond, params, processes=2, log=lambda *_: None)
+    assert result.weights.W.shape == (3, 4) and result.weights.n_history == 2
+    assert result.epochs_run == 4 and result.epoch_errors[-1] < result.epoch_errors[0]
