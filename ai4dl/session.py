@@ -7,6 +7,7 @@ owns master, JARs and memory, and a job must not fight it.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def build_spark_conf(cfg: dict[str, Any]) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         # Delta: let MERGE/overwrite evolve nothing silently; schemas are declared in ai4dl.schema.
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
-        "spark.sql.warehouse.dir": str(Path(cfg["lake"]["root"]).absolute() / "_warehouse"),
+        "spark.sql.warehouse.dir": _join(cfg["lake"]["root"], "_warehouse"),
     }
     if s.get("ivy_cache"):
         conf["spark.jars.ivy"] = str(Path(s["ivy_cache"]).absolute())
@@ -38,21 +39,73 @@ def build_spark_conf(cfg: dict[str, Any]) -> dict[str, str]:
     return conf
 
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def is_uri(path: str) -> bool:
+    """``hdfs://…``, ``s3a://…``, ``dbfs:/…``: a Hadoop URI, not a local path (a Windows drive is not expected)."""
+    return bool(_URI.match(str(path)))
+
+
+def _join(root: str, child: str) -> str:
+    if is_uri(root):
+        return f"{str(root).rstrip('/')}/{child}"
+    return str(Path(root).absolute() / child)
+
+
+def launched_by_spark_submit() -> bool:
+    """spark-submit (or the pyspark shell) started the JVM before Python: its flags own master and JARs."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def get_spark(cfg: dict[str, Any]) -> SparkSession:
-    """The active session if there is one (Databricks, a notebook, a test fixture), else a new Delta session."""
+    """The active session if there is one (Databricks, a notebook, a test fixture), else a new Delta session.
+
+    Under spark-submit the JVM already exists: ``--master``, ``--packages`` and ``--driver-memory`` given to
+    spark-submit win over the config (the config's master is used only when spark-submit set none), and the
+    Delta JARs must come from ``--packages``; a missing Delta is reported in one line instead of a
+    ClassNotFoundException at the first table.
+    """
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     from delta import configure_spark_with_delta_pip
+    from pyspark import SparkConf
 
     # Executors must run the same Python as the driver (a venv), also on a standalone cluster.
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_DRIVER_PYTHON", _python()))
-    builder = SparkSession.builder.master(cfg["spark"]["master"]).appName(cfg["spark"]["app_name"])
+    submitted = launched_by_spark_submit()
+    builder = SparkSession.builder.appName(cfg["spark"]["app_name"])
+    if not (submitted and SparkConf().contains("spark.master")):
+        builder = builder.master(cfg["spark"]["master"])
     for key, value in build_spark_conf(cfg).items():
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if submitted:
+        _require_delta(spark)
     return spark
+
+
+def _require_delta(spark: SparkSession) -> None:
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(DELTA_EXTENSION)
+    except Exception:
+        import delta
+        import pyspark
+
+        minor = ".".join(pyspark.__version__.split(".")[:2])
+        version = getattr(delta, "__version__", None) or _delta_version()
+        raise RuntimeError(
+            "Delta Lake JARs are not on the classpath of this spark-submit: add "
+            f"--packages io.delta:delta-spark_{minor}_2.13:{version}"
+        ) from None
+
+
+def _delta_version() -> str:
+    from importlib.metadata import version
+
+    return version("delta-spark")
 
 
 def _python() -> str:
