@@ -89,13 +89,13 @@ def get_spark(cfg: dict[str, Any]) -> SparkSession:
 
 def _require_delta(spark: SparkSession) -> None:
     try:
-        spark.sparkContext._jvm.java.lang.Class.forName(DELTA_EXTENSION)
+        # Spark's own class loader: it holds the --packages JARs, the JVM's system loader does not.
+        spark.sparkContext._jvm.org.apache.spark.util.Utils.classForName(DELTA_EXTENSION, False, False)
     except Exception:
-        import delta
         import pyspark
 
         minor = ".".join(pyspark.__version__.split(".")[:2])
-        version = getattr(delta, "__version__", None) or _delta_version()
+        version = _delta_version()
         raise RuntimeError(
             "Delta Lake JARs are not on the classpath of this spark-submit: add "
             f"--packages io.delta:delta-spark_{minor}_2.13:{version}"
