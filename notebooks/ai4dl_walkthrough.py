@@ -1,0 +1,280 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # ai4dl walkthrough: from container traces to autoscaling savings
+# MAGIC
+# MAGIC This notebook runs the whole AI4DL method on the published DLaaS sample (4 training containers, 204 samples):
+# MAGIC ingest -> window -> label with the original pretrained model -> train a fresh model and compare ->
+# MAGIC behaviour (phases, transitions, prototypes) -> policy replay -> BI views -> HTML report.
+# MAGIC
+# MAGIC It is a Databricks source notebook (import it as a notebook, with the `ai4dl` wheel attached to the cluster),
+# MAGIC and also a plain Python script: `python notebooks/ai4dl_walkthrough.py` runs it top to bottom on local Spark.
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Parameters
+# MAGIC
+# MAGIC Plain variables rather than `dbutils.widgets`, so the same file runs outside Databricks. Each one can be
+# MAGIC overridden by an environment variable (`AI4DL_LAKE_ROOT`, ...), which is how the test suite points the
+# MAGIC notebook at temporary folders. On Databricks, set e.g. `LAKE_ROOT = "dbfs:/ai4dl/walkthrough/lake"`.
+
+# COMMAND ----------
+
+import os
+from pathlib import Path
+
+try:
+    REPO = Path(__file__).resolve().parents[1]
+except NameError:  # a Databricks notebook has no __file__; its working directory is the notebook's folder
+    REPO = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
+
+LAKE_ROOT = os.environ.get("AI4DL_LAKE_ROOT", str(REPO / "data" / "notebook" / "lake"))
+MODELS = os.environ.get("AI4DL_MODELS", str(REPO / "data" / "notebook" / "models"))
+REPORT_DIR = os.environ.get("AI4DL_REPORT_DIR", str(REPO / "data" / "notebook" / "report"))
+SAMPLE = os.environ.get("AI4DL_SAMPLE", str(REPO.parent / "shared" / "data" / "reference" / "dlaas_sample.csv"))
+REFERENCE = os.environ.get("AI4DL_REFERENCE_MODEL", str(REPO.parent / "shared" / "data" / "reference" / "reference_model.json"))
+EPOCHS = int(os.environ.get("AI4DL_EPOCHS", "10"))  # a few epochs: the sample is tiny
+INTERVAL_STEPS = int(os.environ.get("AI4DL_INTERVAL_STEPS", "5"))  # the sample's traces are short
+SYNTHETIC_CONTAINERS = int(os.environ.get("AI4DL_SYNTHETIC_CONTAINERS", "12"))
+SYNTHETIC_STEPS = int(os.environ.get("AI4DL_SYNTHETIC_STEPS", "120"))
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Configuration and session
+# MAGIC
+# MAGIC The notebook uses the same config loader as the jobs (defaults < overrides), so what it does is exactly what
+# MAGIC `ai4dl <command> --set ...` would do. `get_spark` returns the already running session when there is one
+# MAGIC (Databricks' `spark`, a test fixture) and only builds a local Delta session otherwise.
+
+# COMMAND ----------
+
+from ai4dl.config import load_config
+from ai4dl.session import get_spark
+
+cfg = load_config(
+    None,
+    [
+        f"lake.root={LAKE_ROOT}",
+        f"lake.models={MODELS}",
+        f"report.dir={REPORT_DIR}",
+        f"spark.ivy_cache={REPO / '.cache' / 'ivy'}",
+        "spark.shuffle_partitions=4",
+        f"train.epochs={EPOCHS}",
+        f"policies.interval_steps={INTERVAL_STEPS}",
+    ],
+)
+spark = get_spark(cfg)
+print(f"Spark {spark.version}; lake {cfg['lake']['root']}; models {cfg['lake']['models']}")
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Input
+# MAGIC
+# MAGIC The DLaaS sample is the data the original model was trained for. Without it (e.g. on a fresh cluster) the
+# MAGIC notebook generates a small synthetic fleet with known behaviours, so every later step still has data.
+
+# COMMAND ----------
+
+USE_SAMPLE = Path(SAMPLE).is_file()
+if USE_SAMPLE:
+    INPUT = SAMPLE
+    print(f"input: the DLaaS sample {INPUT}")
+else:
+    from ai4dl.synthetic import generate_fleet, write_fleet
+
+    g = cfg["generate"]
+    INPUT = str(Path(LAKE_ROOT).parent / "raw" / "generated")
+    fleet = generate_fleet(spark, SYNTHETIC_CONTAINERS, SYNTHETIC_STEPS, g["seed"], g["services"], g["start"], g["interval_seconds"])
+    write_fleet(fleet, INPUT, "csv")
+    print(f"input: {SAMPLE} not found; generated {SYNTHETIC_CONTAINERS} containers x {SYNTHETIC_STEPS} steps -> {INPUT}")
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Ingest (bronze)
+# MAGIC
+# MAGIC Every row is validated before it reaches bronze; a bad row is quarantined with its reason instead of being
+# MAGIC silently dropped or nulled. The MERGE is insert-only, so running this cell again inserts nothing.
+
+# COMMAND ----------
+
+from ai4dl import pipeline
+from ai4dl.ingest import ingest
+
+result = ingest(spark, cfg, INPUT, "csv")
+print(f"ingest: {result.summary()}")
+pipeline.log(spark, cfg, "ingest", {"bronze": result.inserted, "quarantine": result.quarantined})
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## The reference model, and windows scaled with its scaler (silver)
+# MAGIC
+# MAGIC The pretrained AI4DL model only means something on data scaled the way it was trained, so silver is built
+# MAGIC with the model's own scaler rather than one fitted on this data. Importing it as a model version makes it
+# MAGIC a first-class, checksummed artefact like any trained model.
+
+# COMMAND ----------
+
+from ai4dl.model import save_version
+from ai4dl.windowing import run_window
+
+# The reference scaler fits DLaaS magnitudes only: a synthetic fleet scaled with it lies tens of standard
+# deviations out and a fresh CRBM trained on that diverges, so the fallback fleet gets its own scaler.
+HAVE_REFERENCE = Path(REFERENCE).is_file()
+reference_model = None
+if HAVE_REFERENCE and USE_SAMPLE:
+    from ai4dl.reference import import_reference
+
+    reference_model = import_reference(REFERENCE)
+    reference_dir = save_version(reference_model, MODELS, "reference")
+    print(f"reference model {reference_model.model_id} -> {reference_dir}")
+else:
+    why = "no DLaaS sample" if HAVE_REFERENCE else f"{REFERENCE} not found"
+    print(f"reference model not used ({why}): silver gets a scaler fitted on the training containers")
+
+pipeline.log(spark, cfg, "window", run_window(spark, cfg, reference_model.scaler if reference_model else None))
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Label with the reference model (silver phases)
+# MAGIC
+# MAGIC Each step with a full history gets the phase of its nearest k-means centre in the CRBM's hidden space. The
+# MAGIC first `n_history` steps of a container have no history and keep a null phase, rather than a made-up one.
+
+# COMMAND ----------
+
+from ai4dl import lake
+from ai4dl.labelling import label, run_label
+
+if reference_model is not None:
+    pipeline.log(spark, cfg, "label", run_label(spark, cfg, reference_model))
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Train a fresh model on the same silver, and compare
+# MAGIC
+# MAGIC Retraining is how the method adapts to a new fleet. Phase ids of two models are arbitrary, so the
+# MAGIC comparison is a contingency table and the adjusted Rand index (1 = the same partition of the steps), not a
+# MAGIC count of equal ids. The fresh model shares silver's scaler, so both label the very same windows.
+
+# COMMAND ----------
+
+from ai4dl.clustering import adjusted_rand_index, contingency
+from ai4dl.training import run_train
+
+fresh_model, fresh_dir, train_report = run_train(spark, cfg)
+pipeline.save_json(Path(REPORT_DIR) / "train_report.json", {"model": fresh_dir, **train_report})
+
+silver = lake.read(spark, cfg, "silver")
+fresh_phases = label(silver, fresh_model).select("pod_id", "ts", "phase")
+if reference_model is not None:
+    ref_phases = lake.read(spark, cfg, "phases").select("pod_id", "ts", "phase")
+    both = ref_phases.withColumnRenamed("phase", "reference").join(fresh_phases.withColumnRenamed("phase", "fresh"), ["pod_id", "ts"])
+    table, fresh_ids, ref_ids = contingency(both, predicted="fresh", truth="reference")
+    MODEL_ARI = adjusted_rand_index(table)
+    print(f"fresh model {fresh_model.model_id} vs reference {reference_model.model_id}: ARI {MODEL_ARI:.3f} on {int(table.sum())} steps")
+    print("rows: fresh phases", fresh_ids, "| columns: reference phases", ref_ids)
+    print(table)
+else:  # no reference: the fresh model is the one the rest of the notebook uses
+    MODEL_ARI = None
+    pipeline.log(spark, cfg, "label", run_label(spark, cfg, fresh_model))
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Behaviour (gold)
+# MAGIC
+# MAGIC Phases become run-length sequences, a transition graph and a tree of prototypical executions: this is what
+# MAGIC lets a scheduler anticipate the next phase instead of reacting to the last sample.
+
+# COMMAND ----------
+
+behaviour_result = pipeline.run_behaviour(spark, cfg)
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Phase statistics for BI
+# MAGIC
+# MAGIC The behaviour step registers temp views over the gold tables, so an analyst can query them in SQL (or a
+# MAGIC dashboard) without knowing where the Delta files are.
+
+# COMMAND ----------
+
+phase_stats_pdf = spark.sql(
+    """
+    SELECT s.phase, s.samples, ROUND(sh.share, 3) AS share,
+           ROUND(s.cpu_mean, 3) AS cpu_mean, ROUND(s.cpu_p95, 3) AS cpu_p95,
+           ROUND(s.mem_mean / 1e6, 1) AS mem_mean_mb, ROUND(s.mem_p95 / 1e6, 1) AS mem_p95_mb,
+           ROUND(s.mean_dwell_steps, 1) AS mean_dwell_steps
+    FROM ai4dl_phase_stats s JOIN ai4dl_phase_share sh ON s.service = sh.service AND s.phase = sh.phase
+    WHERE s.service = '__all__'
+    ORDER BY s.phase
+    """
+).toPandas()
+print(phase_stats_pdf.to_string(index=False))
+transitions_pdf = spark.sql("SELECT src, dst, count, ROUND(probability, 3) AS probability FROM ai4dl_phase_transitions ORDER BY src, dst").toPandas()
+print(transitions_pdf.to_string(index=False))
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Policy replay (gold)
+# MAGIC
+# MAGIC The held-out containers are replayed under each allocation policy, so the savings of the phase rule are
+# MAGIC measured against oracles and reactive rules on traces the phase statistics did not see. The sample's traces
+# MAGIC are short, hence a re-allocation every few steps.
+
+# COMMAND ----------
+
+policy_summary = pipeline.run_policies(spark, cfg)
+
+# COMMAND ----------
+
+# MAGIC %md
+# MAGIC ## Report
+# MAGIC
+# MAGIC One HTML page with the plots, to share a run with people who do not open notebooks.
+
+# COMMAND ----------
+
+report_path = pipeline.run_report(spark, cfg)
+print(f"report: {report_path}")
+
+
+def _show_images(paths):
+    """Inline images on Databricks or in IPython/Jupyter; plain ``python`` just lists the files."""
+    try:
+        display_html = displayHTML  # noqa: F821 - a Databricks notebook builtin
+    except NameError:
+        display_html = None
+    try:
+        from IPython import get_ipython
+        from IPython.display import Image, display
+
+        in_ipython = get_ipython() is not None
+    except ImportError:
+        in_ipython = False
+    for p in paths:
+        if display_html is not None:
+            import base64
+
+            data = base64.b64encode(Path(p).read_bytes()).decode()
+            display_html(f'<img src="data:image/png;base64,{data}" style="max-width:100%"/>')
+        elif in_ipython:
+            display(Image(filename=str(p)))
+        else:
+            print(f"  image: {p}")
+
+
+_show_images(sorted(Path(REPORT_DIR).glob("*.png")))
+
+# COMMAND ----------
+
+WALKTHROUGH_DONE = True
+print("walkthrough done")

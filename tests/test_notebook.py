@@ -1,0 +1,71 @@
+"""The Databricks walkthrough notebook runs top to bottom on the DLaaS sample, inside the test's Spark session."""
+
+from __future__ import annotations
+
+import runpy
+
+import pytest
+
+from tests.conftest import DLAAS_SAMPLE, REFERENCE_MODEL, ROOT, require_shared
+
+NOTEBOOK = ROOT / "notebooks" / "ai4dl_walkthrough.py"
+SEPARATOR = "# COMMAND ----------"
+
+
+def _cells(text: str) -> list[list[str]]:
+    cells, current = [], []
+    for line in text.splitlines()[1:]:
+        if line == SEPARATOR:
+            cells.append(current)
+            current = []
+        else:
+            current.append(line)
+    cells.append(current)
+    return [[line for line in cell if line.strip()] for cell in cells]
+
+
+def test_notebook_cell_format():
+    text = NOTEBOOK.read_text()
+    assert text.splitlines()[0] == "# Databricks notebook source"
+    cells = _cells(text)
+    assert len(cells) > 10
+    assert all(cell for cell in cells), "no empty cells"
+    md = [cell for cell in cells if cell[0] == "# MAGIC %md"]
+    assert md, "at least one markdown cell"
+    for cell in md:  # a markdown cell is MAGIC lines only
+        assert all(line == "# MAGIC" or line.startswith("# MAGIC ") for line in cell), cell
+    code = [cell for cell in cells if not cell[0].startswith("# MAGIC")]
+    assert all(not line.startswith("# MAGIC") for cell in code for line in cell)
+    compile(text, str(NOTEBOOK), "exec")  # a Databricks source file is valid Python
+
+
+def test_notebook_runs_on_dlaas_sample(spark, tmp_path, monkeypatch):
+    sample = require_shared(DLAAS_SAMPLE)
+    reference = require_shared(REFERENCE_MODEL)
+    env = {
+        "AI4DL_LAKE_ROOT": tmp_path / "lake",
+        "AI4DL_MODELS": tmp_path / "models",
+        "AI4DL_REPORT_DIR": tmp_path / "report",
+        "AI4DL_SAMPLE": sample,
+        "AI4DL_REFERENCE_MODEL": reference,
+        "AI4DL_EPOCHS": 3,
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, str(value))
+
+    ns = runpy.run_path(str(NOTEBOOK), run_name="__main__")
+
+    assert ns["WALKTHROUGH_DONE"] is True
+    assert ns["spark"] is spark, "the notebook must reuse the active session"
+    assert ns["USE_SAMPLE"] and ns["HAVE_REFERENCE"]
+    phases = spark.read.format("delta").load(str(tmp_path / "lake" / "silver" / "phases"))
+    assert phases.count() == 204
+    assert phases.select("model_id").distinct().first()["model_id"] == ns["reference_model"].model_id
+    assert -1.0 <= ns["MODEL_ARI"] <= 1.0
+    assert (tmp_path / "models" / "reference" / "v0001").is_dir()
+    assert (tmp_path / "models" / "ai4dl" / "v0001").is_dir()
+    assert not ns["phase_stats_pdf"].empty
+    assert not ns["policy_summary"].empty
+    report = tmp_path / "report" / "index.html"
+    assert report.is_file() and ns["report_path"] == report
+    assert (tmp_path / "report" / "trace_phases.png").is_file()
