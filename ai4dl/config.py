@@ -80,6 +80,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "label": {
         "model": None,  # model directory; default: latest version under lake.models/<train.model_name>
+        "engine": "arrow",  # arrow (mapInArrow) | pandas (mapInPandas): see ai4dl.labelling
     },
     "behaviour": {
         # Runs shorter than this are absorbed by a neighbour: single-step flickers are noise, not phases.

@@ -6,6 +6,7 @@ import copy
 
 import numpy as np
 import pytest
+from pyspark.sql import functions as F
 
 from ai4dl import lake as lk
 from ai4dl.clustering import adjusted_rand_index, fit_centers
@@ -50,6 +51,23 @@ def test_udf_encoding_equals_driver_encoding(spark, fleet):
     assert got["phase"].astype(int).tolist() == phase.tolist()
     np.testing.assert_allclose(got["distance"].to_numpy(dtype=float), dist, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(np.stack(got["activations"].to_numpy()), h, rtol=1e-9, atol=1e-12)
+
+
+def test_pandas_and_arrow_engines_agree(spark, fleet):
+    from ai4dl.labelling import label
+
+    cfg, model, _ = fleet
+    silver = lk.read(spark, cfg, "silver")
+    pods = [r[0] for r in silver.select("pod_id").distinct().orderBy("pod_id").limit(2).collect()]
+    part = silver.where(F.col("pod_id").isin(pods))
+    a = label(part, model, engine="arrow").orderBy("pod_id", "step").toPandas()
+    p = label(part, model, engine="pandas").orderBy("pod_id", "step").toPandas()
+    assert a["phase"].isna().tolist() == p["phase"].isna().tolist()
+    assert a["phase"].dropna().astype(int).tolist() == p["phase"].dropna().astype(int).tolist()
+    for x, y in zip(a["activations"], p["activations"]):
+        assert (x is None and y is None) or np.allclose(x, y)
+    with pytest.raises(ValueError, match="engine"):
+        label(part, model, engine="numba")
 
 
 def test_steps_without_history_get_no_phase(spark, fleet):
