@@ -113,13 +113,13 @@ def sgd_epoch(w: dict, x: np.ndarray, c: np.ndarray, lr: float, order: np.ndarra
 
 @contextmanager
 def instrumented_udf(spark, df_class):
-    """Wrap every mapInPandas function and the labelling's encode/assign with timing accumulators."""
+    """Wrap every mapInPandas/mapInArrow function and the labelling's encode/assign with timing accumulators."""
     import ai4dl.labelling as labelling
 
     sc = spark.sparkContext
     acc = {k: sc.accumulator(0.0) for k in ("fn", "input", "encode_assign", "batches", "rows")}
-    orig_map = df_class.__dict__.get("mapInPandas")
-    base_map = df_class.mapInPandas
+    originals = {m: df_class.__dict__.get(m) for m in ("mapInPandas", "mapInArrow")}
+    bases = {m: getattr(df_class, m) for m in ("mapInPandas", "mapInArrow")}
     orig_encode, orig_assign = labelling.encode, labelling.assign
 
     def timed_encode(*a, **k):
@@ -136,52 +136,56 @@ def instrumented_udf(spark, df_class):
         finally:
             acc["encode_assign"].add(time.perf_counter() - t)
 
-    def map_in_pandas(self, func, schema, *args, **kwargs):
-        def wrapped(batches):
-            t_in = [0.0, 0, 0]
+    def make(method):
+        def map_in(self, func, schema, *args, **kwargs):
+            def wrapped(batches):
+                t_in = [0.0, 0, 0]
 
-            def feed():
-                it = iter(batches)
+                def feed():
+                    it = iter(batches)
+                    while True:
+                        t = time.perf_counter()
+                        try:
+                            b = next(it)
+                        except StopIteration:
+                            t_in[0] += time.perf_counter() - t
+                            return
+                        t_in[0] += time.perf_counter() - t
+                        t_in[1] += 1
+                        t_in[2] += len(b)
+                        yield b
+
+                gen = iter(func(feed()))
+                total = 0.0
                 while True:
                     t = time.perf_counter()
                     try:
-                        b = next(it)
+                        out = next(gen)
                     except StopIteration:
-                        t_in[0] += time.perf_counter() - t
-                        return
-                    t_in[0] += time.perf_counter() - t
-                    t_in[1] += 1
-                    t_in[2] += len(b)
-                    yield b
-
-            gen = iter(func(feed()))
-            total = 0.0
-            while True:
-                t = time.perf_counter()
-                try:
-                    out = next(gen)
-                except StopIteration:
+                        total += time.perf_counter() - t
+                        break
                     total += time.perf_counter() - t
-                    break
-                total += time.perf_counter() - t
-                yield out
-            acc["fn"].add(total)
-            acc["input"].add(t_in[0])
-            acc["batches"].add(float(t_in[1]))
-            acc["rows"].add(float(t_in[2]))
+                    yield out
+                acc["fn"].add(total)
+                acc["input"].add(t_in[0])
+                acc["batches"].add(float(t_in[1]))
+                acc["rows"].add(float(t_in[2]))
 
-        return base_map(self, wrapped, schema, *args, **kwargs)
+            return bases[method](self, wrapped, schema, *args, **kwargs)
+        return map_in
 
     labelling.encode, labelling.assign = timed_encode, timed_assign
-    df_class.mapInPandas = map_in_pandas
+    for method in bases:
+        setattr(df_class, method, make(method))
     try:
         yield acc
     finally:
         labelling.encode, labelling.assign = orig_encode, orig_assign
-        if orig_map is None:
-            del df_class.mapInPandas
-        else:
-            df_class.mapInPandas = orig_map
+        for method, orig in originals.items():
+            if orig is None:
+                delattr(df_class, method)
+            else:
+                setattr(df_class, method, orig)
 
 
 def noop(df) -> float:
@@ -202,6 +206,7 @@ def main(argv=None) -> int:
     p.add_argument("--model-epochs", type=int, default=5, help="CRBM epochs of the quick model used for labelling")
     p.add_argument("--reference-model", help="label with this original AI4DL model JSON (silver scaled with its scaler) "
                    "instead of a quick model trained here")
+    p.add_argument("--engines", default="arrow,pandas", help="labelling engines to time (ai4dl.labelling.ENGINES)")
     p.add_argument("--batch-sizes", default="2000,10000,20000,50000", help="arrow maxRecordsPerBatch values")
     p.add_argument("--train-windows", type=int, default=50_000)
     p.add_argument("--learning-rate", type=float, default=0.01)
@@ -283,22 +288,22 @@ def main(argv=None) -> int:
     res["spark_only_seconds"] = round(spark_only, 3)
     df_class = type(silver)
     udf_runs = []
-    for bs in [int(b) for b in args.batch_sizes.split(",")]:
+    for engine, bs in [(e, int(b)) for e in args.engines.split(",") for b in args.batch_sizes.split(",")]:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(bs))
         with instrumented_udf(spark, df_class) as acc:
-            wall = noop(label(silver, model))
+            wall = noop(label(silver, model, engine=engine))
         fn, inp, ea = acc["fn"].value, acc["input"].value, acc["encode_assign"].value
         compute = fn - inp
         cap = wall * slots
         run = {
-            "max_records_per_batch": bs, "seconds": round(wall, 3), "rows_per_s": round(n_all / wall, 1),
+            "engine": engine, "max_records_per_batch": bs, "seconds": round(wall, 3), "rows_per_s": round(n_all / wall, 1),
             "batches": int(acc["batches"].value), "udf_task_seconds": round(fn, 3), "udf_input_wait_seconds": round(inp, 3),
             "udf_compute_seconds": round(compute, 3), "encode_assign_seconds": round(ea, 3),
             "share_udf_compute": round(compute / cap, 3), "share_encode_assign": round(ea / cap, 3),
             "share_input_wait": round(inp / cap, 3),
         }
         udf_runs.append(run)
-        print(f"[versus] UDF batch {bs:>6}: {wall:6.2f}s {run['rows_per_s']:>10,.0f} rows/s  {run['batches']} batches; "
+        print(f"[versus] UDF {engine:>6} batch {bs:>6}: {wall:6.2f}s {run['rows_per_s']:>10,.0f} rows/s  {run['batches']} batches; "
               f"python compute {compute:.2f} task-s ({run['share_udf_compute']:.0%} of {slots} slots x wall), "
               f"encode+assign {ea:.2f} task-s ({run['share_encode_assign']:.0%}), "
               f"waiting for input {inp:.2f} task-s", flush=True)
@@ -325,13 +330,14 @@ def main(argv=None) -> int:
     unmatched = int((merged["_merge"] != "both").sum())
     vec_mismatch = int((vec_phase != loop_phase).sum())
     best = max(udf_runs, key=lambda r: r["rows_per_s"])
-    default = next((r for r in udf_runs if r["max_records_per_batch"] == cfg["spark"]["arrow_max_records_per_batch"]), best)
+    default = next((r for r in udf_runs if r["max_records_per_batch"] == cfg["spark"]["arrow_max_records_per_batch"]
+                    and r["engine"] == cfg["label"]["engine"]), best)
     loop_rps = len(x) / loop_s
     print(f"[versus] agreement: {len(both) - mismatches}/{len(both)} windows agree ({mismatches} mismatches, {unmatched} unmatched keys); "
           f"label_arrays vs loop mismatches {vec_mismatch}", flush=True)
-    print(f"[versus] speed: UDF (batch {default['max_records_per_batch']}) {default['rows_per_s']:,.0f} rows/s (all silver rows, "
+    print(f"[versus] speed: UDF ({default['engine']}, batch {default['max_records_per_batch']}) {default['rows_per_s']:,.0f} rows/s (all silver rows, "
           f"end to end incl. the Delta scan) vs loop {loop_rps:,.0f} rows/s (full-history windows, compute only): "
-          f"x{default['rows_per_s'] / loop_rps:.1f}; best batch {best['max_records_per_batch']}: x{best['rows_per_s'] / loop_rps:.1f}", flush=True)
+          f"x{default['rows_per_s'] / loop_rps:.1f}; best {best['engine']} batch {best['max_records_per_batch']}: x{best['rows_per_s'] / loop_rps:.1f}", flush=True)
     res.update(loop_windows=len(x), loop_seconds=round(loop_s, 3), loop_rows_per_s=round(loop_rps, 1),
                collect_seconds=round(collect_s, 2), vectorised_seconds=round(vec_s, 4),
                agree=int(len(both) - mismatches), mismatches=mismatches, unmatched=unmatched,
