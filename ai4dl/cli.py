@@ -115,9 +115,9 @@ def _run(args: argparse.Namespace, cfg: dict) -> int:
         path = save_version(refined, cfg["lake"]["models"], cfg["train"]["model_name"])
         print(f"refined phase {args.phase} into {refined.refinements[args.phase][1]}: model {refined.model_id} -> {path}")
     elif cmd == "behaviour":
-        pipeline.run_behaviour(spark, cfg)
+        _behaviour(spark, cfg)
     elif cmd == "policies":
-        pipeline.run_policies(spark, cfg)
+        _policies(spark, cfg)
     elif cmd == "optimize":
         from ai4dl import lake
 
@@ -155,7 +155,10 @@ def _ingest(spark, cfg, path, fmt) -> None:
 
     result = ingest(spark, cfg, path, fmt)
     print(f"ingest: {result.summary()}")
-    pipeline.log(spark, cfg, "ingest", {"bronze": result.inserted, "quarantine": result.quarantined})
+    pipeline.log(
+        spark, cfg, "ingest", {"bronze": result.inserted, "quarantine": result.quarantined},
+        versions={"bronze": result.bronze_version, "quarantine": result.quarantine_version},
+    )
 
 
 def _window(spark, cfg, scaler_from_model) -> None:
@@ -174,6 +177,22 @@ def _train(spark, cfg) -> None:
 
     _, path, report = run_train(spark, cfg)
     pipeline.save_json(Path(cfg["report"]["dir"]) / "train_report.json", {"model": path, **report})
+    # A model version is a directory, not a Delta table: logged by path, rows = the CRBM's sampled windows.
+    pipeline.log(spark, cfg, "train", {path: int(report.get("crbm_windows", 0))})
+
+
+def _behaviour(spark, cfg) -> None:
+    from ai4dl import pipeline
+
+    pipeline.run_behaviour(spark, cfg)
+    pipeline.log(spark, cfg, "behaviour", pipeline.table_counts(spark, cfg, ("sequences", "transitions", "phase_stats")))
+
+
+def _policies(spark, cfg) -> None:
+    from ai4dl import pipeline
+
+    pipeline.run_policies(spark, cfg)
+    pipeline.log(spark, cfg, "policies", pipeline.table_counts(spark, cfg, ("policy_replay",)))
 
 
 def _label(spark, cfg, model_dir) -> None:
@@ -196,8 +215,8 @@ def _demo(spark, cfg, input_path) -> None:
     pipeline.timed("window", _window, spark, cfg, None)
     pipeline.timed("train", _train, spark, cfg)
     pipeline.timed("label", _label, spark, cfg, None)
-    pipeline.timed("behaviour", pipeline.run_behaviour, spark, cfg)
-    pipeline.timed("policies", pipeline.run_policies, spark, cfg)
+    pipeline.timed("behaviour", _behaviour, spark, cfg)
+    pipeline.timed("policies", _policies, spark, cfg)
     report = pipeline.timed("report", pipeline.run_report, spark, cfg, None)
     print(f"demo: done in {time.time() - t0:.0f}s; open {report}")
 

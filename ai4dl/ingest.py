@@ -5,7 +5,13 @@ lands in quarantine with the raw row as JSON and every reason it failed (``;``-s
 fix the export and ingest it again; nothing read is ever dropped without a trace.
 
 Timestamps: a number is epoch seconds, or epoch milliseconds when it is at least 1e11 (1e11 s would be the
-year 5138); anything else is parsed as an ISO-8601 / ``yyyy-MM-dd HH:mm:ss`` string in UTC.
+year 5138); anything else is parsed as an ISO-8601 / ``yyyy-MM-dd HH:mm:ss`` string in UTC. A number outside
+years 1-9999 (or NaN/inf) is ``unparseable_timestamp``, never an overflow error of the whole job.
+
+Inputs that cannot be read at all are an :class:`IngestError` of one line naming the file: a missing path, an
+empty file (no header), a header lacking required columns (with a hint when the file looks delimited by another
+character than ``ingest.delimiter``). A header-only file ingests 0 rows. Extra columns are ignored (kept in
+quarantine's raw JSON); a blank service becomes ``unknown``.
 
 Duplicates: rows sharing ``(pod_id, ts)`` inside one input keep the row with the smallest content hash
 (independent of file order and partitioning); the others are quarantined as ``duplicate_key``. Against rows
@@ -37,6 +43,10 @@ from ai4dl.schema import (
 )
 
 MILLIS_THRESHOLD = 1e11
+# Epoch seconds of 0001-01-01 and 10000-01-01: outside, a number is no timestamp Spark can hold.
+MIN_EPOCH_SECONDS = -62_135_596_800
+MAX_EPOCH_SECONDS = 253_402_300_800
+DELIMITERS = (";", "\t", "|", ",")
 REQUIRED = (POD_ID, TS, *METRICS)
 # usage column -> the limit it is checked against (an absurd factor above it is a broken sample).
 USAGE_LIMITS = {
@@ -58,6 +68,9 @@ class IngestResult:
     inserted: int
     quarantined: int
     duplicates: int
+    # Delta versions this ingest committed (None: nothing committed), for the run log.
+    bronze_version: int | None = None
+    quarantine_version: int | None = None
 
     def summary(self) -> str:
         return (
@@ -90,41 +103,86 @@ def read_source(spark: SparkSession, path: str, fmt: str = "csv", delimiter: str
     )
 
 
-def _check_columns(df: DataFrame, mapping: dict[str, str], where: str) -> dict[str, str]:
+def _delimiter_hint(columns: list[str], delimiter: str) -> str:
+    """'; the header looks ';'-delimited ...' when one column's name holds another delimiter, else ''."""
+    if len(columns) != 1:
+        return ""
+    for d in DELIMITERS:
+        if d != delimiter and d in columns[0]:
+            shown = "\\t" if d == "\t" else d
+            return f"; the header looks '{shown}'-delimited, not '{delimiter}': rerun with --set ingest.delimiter='{shown}'"
+    return ""
+
+
+def _check_columns(df: DataFrame, mapping: dict[str, str], where: str, delimiter: str = ",") -> dict[str, str]:
+    columns = [c for c in df.columns if c != "source_file"]
+    if not columns:
+        raise IngestError(f"{where}: empty input (no header)")
     present = {src: dst for src, dst in mapping.items() if src in df.columns}
     have = {dst for dst in present.values()}
     missing = [c for c in REQUIRED if c not in have]
     if missing:
         want = {dst: src for src, dst in mapping.items()}
         names = ", ".join(f"'{want.get(c, c)}'" for c in missing)
-        raise IngestError(f"{where}: missing column(s) {names}; the file has: {', '.join(df.columns)}")
+        hint = _delimiter_hint(columns, delimiter)
+        shown = ", ".join(columns)
+        if len(shown) > 300:
+            shown = shown[:300] + "..."
+        raise IngestError(f"{where}: missing column(s) {names}{hint}; the file has: {shown}")
     return present
 
 
 def _parse_ts(c: Column) -> Column:
     num = c.try_cast(T.DoubleType())
     as_string = c.cast(T.StringType())
-    from_number = F.when(
-        F.abs(num) >= MILLIS_THRESHOLD, F.timestamp_micros((num * 1000).cast("long"))
-    ).otherwise(F.timestamp_micros((num * 1_000_000).cast("long")))
-    return F.when(num.isNotNull() & ~F.isnan(num), from_number).otherwise(F.try_to_timestamp(as_string))
+    finite = num.isNotNull() & ~F.isnan(num) & (F.abs(num) != float("inf"))
+    millis = F.abs(num) >= MILLIS_THRESHOLD
+    seconds = F.when(millis, num / 1000.0).otherwise(num)
+    in_range = (seconds >= MIN_EPOCH_SECONDS) & (seconds < MAX_EPOCH_SECONDS)
+    from_number = F.when(millis, F.timestamp_micros((num * 1000).cast("long"))).otherwise(
+        F.timestamp_micros((num * 1_000_000).cast("long"))
+    )
+    # Only a finite, in-range number reaches the casts (ANSI mode would fail the job on an overflow).
+    return (
+        F.when(finite & in_range, from_number)
+        .when(num.isNotNull(), F.lit(None).cast(T.TimestampType()))
+        .otherwise(F.try_to_timestamp(as_string))
+    )
+
+
+# Whitespace and control characters, Unicode-wide (Spark's trim only strips ' ').
+_SPACE = r"[\p{Z}\p{Cc}]"
 
 
 def _blank(c: Column) -> Column:
-    return c.isNull() | (F.trim(c.cast("string")) == "")
+    return c.isNull() | c.cast("string").rlike(f"^{_SPACE}*$")
 
 
-def validate(df: DataFrame, mapping: dict[str, str] | None = None, max_usage_factor: float = 10.0, where: str = "input") -> DataFrame:
-    """Typed rows in bronze's columns plus ``reasons`` (null when the row is valid) and ``raw``/``raw_hash``."""
+def _strip(c: Column) -> Column:
+    return F.regexp_replace(c.cast("string"), f"^{_SPACE}+|{_SPACE}+$", "")
+
+
+def validate(
+    df: DataFrame,
+    mapping: dict[str, str] | None = None,
+    max_usage_factor: float = 10.0,
+    where: str = "input",
+    delimiter: str = ",",
+) -> DataFrame:
+    """Typed rows in bronze's columns plus ``reasons`` (null when the row is valid) and ``raw``/``raw_hash``.
+
+    One output row per input row: a row is either valid (``reasons`` null, ``pod_id`` non-blank, ``ts`` set,
+    every metric finite and >= 0) or carries every reason it failed.
+    """
     mapping = mapping if mapping is not None else column_mapping()
-    present = _check_columns(df, mapping, where)
+    present = _check_columns(df, mapping, where, delimiter)
     source_cols = [c for c in df.columns if c != "source_file"]
     raw = F.to_json(F.struct(*[F.col(f"`{c}`") for c in source_cols]), {"ignoreNullFields": "false"})
     src = {dst: F.col(f"`{s}`") for s, dst in present.items()}
 
     checks: list[Column] = []
     typed: dict[str, Column] = {}
-    pod = F.trim(src[POD_ID].cast("string"))
+    pod = _strip(src[POD_ID])
     checks.append(F.when(_blank(src[POD_ID]), F.lit("missing_id")))
     ts = _parse_ts(src[TS])
     checks.append(F.when(_blank(src[TS]), F.lit("missing_timestamp")))
@@ -146,7 +204,12 @@ def validate(df: DataFrame, mapping: dict[str, str] | None = None, max_usage_fac
         checks.append(F.when((v > 100.0 * max_usage_factor) & ~F.isnan(v), F.lit(f"usage_above_limit:{pct}")))
 
     reasons = F.array_join(F.filter(F.array(*checks), lambda x: x.isNotNull()), ";")
-    service = F.coalesce(F.trim(src[SERVICE].cast("string")), F.lit("unknown")) if SERVICE in src else F.lit("unknown")
+    # A blank service would be a null partition value (NOT NULL in bronze): it is "unknown", like a missing one.
+    service = (
+        F.when(_blank(src[SERVICE]), F.lit("unknown")).otherwise(_strip(src[SERVICE]))
+        if SERVICE in src
+        else F.lit("unknown")
+    )
     behaviour = src[BEHAVIOUR].cast("string") if BEHAVIOUR in src else F.lit(None).cast("string")
     out = df.select(
         pod.alias(POD_ID),
@@ -190,11 +253,16 @@ def ingest(spark: SparkSession, cfg: dict[str, Any], path: str | None = None, fm
     fmt = fmt or icfg["format"]
     try:
         source = read_source(spark, path, fmt, icfg["delimiter"])
-    except Exception as exc:  # Spark's AnalysisException for a missing path: say it in one line
-        if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
-            raise IngestError(f"{path}: no such input") from None
+    except IngestError:
         raise
-    validated = validate(source, column_mapping(icfg["columns"]), float(icfg["max_usage_factor"]), where=path)
+    except Exception as exc:  # Spark's AnalysisException for a missing path: say it in one line
+        text = str(exc)
+        if "PATH_NOT_FOUND" in text or "does not exist" in text:
+            raise IngestError(f"{path}: no such input") from None
+        if "UNABLE_TO_INFER_SCHEMA" in text or "DELTA_MISSING_DELTA_TABLE" in text or "not a Delta table" in text:
+            raise IngestError(f"{path}: cannot read as {fmt} ({text.splitlines()[0][:200]})") from None
+        raise
+    validated = validate(source, column_mapping(icfg["columns"]), float(icfg["max_usage_factor"]), where=path, delimiter=icfg["delimiter"])
     validated = validated.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         valid = validated.where(F.col("reasons").isNull())
@@ -203,11 +271,10 @@ def ingest(spark: SparkSession, cfg: dict[str, Any], path: str | None = None, fm
         bad = validated.where(F.col("reasons").isNotNull()).unionByName(dups)
 
         bronze_path = lake.table_path(cfg, "bronze")
-        before = lake.version(spark, bronze_path)
-        lake.merge_new(to_bronze(kept), bronze_path, BRONZE, key=[EVENT_DATE, POD_ID, TS], partition_by=BRONZE_PARTITIONS)
-        inserted = _rows_inserted(spark, bronze_path, before)
+        # The MERGE's own metrics: exact even when another ingest commits into the same table meanwhile.
+        merged = lake.merge_new(to_bronze(kept), bronze_path, BRONZE, key=[EVENT_DATE, POD_ID, TS], partition_by=BRONZE_PARTITIONS)
         quarantine = to_quarantine(bad)
-        lake.merge_new(quarantine, lake.table_path(cfg, "quarantine"), QUARANTINE, key=["source_file", "raw_hash", "reason"])
+        q = lake.merge_new(quarantine, lake.table_path(cfg, "quarantine"), QUARANTINE, key=["source_file", "raw_hash", "reason"])
 
         counts = {r["ok"]: r["n"] for r in validated.groupBy(F.col("reasons").isNull().alias("ok")).agg(F.count("*").alias("n")).collect()}
         n_dups = dups.count()
@@ -215,23 +282,11 @@ def ingest(spark: SparkSession, cfg: dict[str, Any], path: str | None = None, fm
         return IngestResult(
             read=sum(counts.values()),
             valid=n_valid - n_dups,
-            inserted=inserted,
+            inserted=merged.inserted,
             quarantined=counts.get(False, 0) + n_dups,
             duplicates=n_dups,
+            bronze_version=merged.version,
+            quarantine_version=q.version,
         )
     finally:
         validated.unpersist()
-
-
-def _rows_inserted(spark: SparkSession, path: str, before: int | None) -> int:
-    """Rows the last commits added, from Delta's own operation metrics (no second scan of the input)."""
-    from delta.tables import DeltaTable
-
-    history = DeltaTable.forPath(spark, path).history()
-    if before is not None:
-        history = history.where(F.col("version") > before)
-    total = 0
-    for row in history.select("operation", "operationMetrics").collect():
-        m = row["operationMetrics"] or {}
-        total += int(m.get("numTargetRowsInserted", m.get("numOutputRows", 0)) or 0)
-    return total

@@ -6,8 +6,10 @@ DBFS; :func:`register_views` puts SQL names on them for BI tools.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -63,8 +65,17 @@ def version(spark: SparkSession, path: str) -> int | None:
     return DeltaTable.forPath(spark, path).history(1).select("version").first()[0]
 
 
-def ensure_table(spark: SparkSession, path: str, schema: StructType, partition_by: Iterable[str] = ()) -> None:
-    """Create the table with its declared schema (NOT NULL columns enforced by Delta) unless it exists."""
+def ensure_table(
+    spark: SparkSession,
+    path: str,
+    schema: StructType,
+    partition_by: Iterable[str] = (),
+    properties: dict[str, str] | None = None,
+) -> None:
+    """Create the table with its declared schema (NOT NULL columns enforced by Delta) unless it exists.
+
+    ``properties`` go into the creating commit itself, so a new table never exists without them.
+    """
     from delta.tables import DeltaTable
 
     if exists(spark, path):
@@ -73,11 +84,28 @@ def ensure_table(spark: SparkSession, path: str, schema: StructType, partition_b
     parts = list(partition_by)
     if parts:
         builder = builder.partitionedBy(*parts)
-    try:
-        builder.execute()
-    except Exception:
-        if not exists(spark, path):  # a concurrent writer creating it is fine; anything else is not
-            raise
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, value)
+    for attempt in range(MERGE_RETRIES):
+        try:
+            builder.execute()
+            return
+        except Exception:
+            # Another writer creating the table at the same moment makes ours fail (Delta sees a log
+            # directory without a first commit, or loses the race for version 0): fine once the table exists.
+            for _ in range(10):
+                if exists(spark, path):
+                    return
+                time.sleep(0.3)
+            if attempt == MERGE_RETRIES - 1:
+                raise
+
+
+# The overwrite commit carries the table properties it was written with in its commitInfo.userMetadata.
+USER_METADATA_PROPERTIES = "ai4dl.properties"
+# Operations after which the table's own metadata (TBLPROPERTIES) is authoritative again.
+_METADATA_OPERATIONS = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "CREATE OR REPLACE TABLE", "REPLACE TABLE"}
+_HISTORY_SCAN = 50
 
 
 def overwrite(
@@ -87,31 +115,129 @@ def overwrite(
     partition_by: Iterable[str] = (),
     properties: dict[str, str] | None = None,
 ) -> None:
-    """Replace a table's contents in one Delta commit: readers see the old version or the new one, never half."""
+    """Replace a table's contents in one Delta commit: readers see the old version or the new one, never half.
+
+    Table properties (e.g. silver's scaler) must never disagree with the data a reader gets, even when the job
+    is killed between two commits. Delta cannot change TBLPROPERTIES and data in one DataFrame write without
+    dropping the declared NOT NULL schema, so:
+
+    - a new table is created with its properties in the creating commit (an interrupted first run leaves an
+      empty table carrying them, which is consistent);
+    - the data commit itself records the properties in its ``userMetadata``: it is atomic with the data;
+    - the ``ALTER TABLE ... SET TBLPROPERTIES`` that follows is skipped when the properties are unchanged
+      (the usual rerun), so then the whole job is exactly one commit;
+    - :func:`properties` resolves the properties of the newest data commit over a stale ALTER, so a job killed
+      after the data commit but before the ALTER still presents the new data with the new properties, and one
+      killed before the data commit presents the old data with the old ones.
+
+    Files written by an interrupted job are not part of any version (the log commit is atomic); ``VACUUM``
+    removes them.
+    """
     spark = df.sparkSession
-    ensure_table(spark, path, schema, partition_by)
-    df.select(*schema.fieldNames()).write.format("delta").mode("overwrite").save(path)
-    if properties:
-        set_properties(spark, path, properties)
+    props = {str(k): str(v) for k, v in (properties or {}).items()}
+    ensure_table(spark, path, schema, partition_by, props)
+    writer = df.select(*schema.fieldNames()).write.format("delta").mode("overwrite")
+    if props:
+        writer = writer.option("userMetadata", json.dumps({USER_METADATA_PROPERTIES: props}, sort_keys=True))
+    writer.save(path)
+    if props:
+        current = table_properties(spark, path)
+        if any(current.get(k) != v for k, v in props.items()):
+            set_properties(spark, path, props)
+
+
+def _sql_string(value: str) -> str:
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def set_properties(spark: SparkSession, path: str, properties: dict[str, str]) -> None:
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    props = ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
     spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({props})")
 
 
-def properties(spark: SparkSession, path: str) -> dict[str, str]:
+def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
+    """The table's TBLPROPERTIES as stored in its current metadata."""
     from delta.tables import DeltaTable
 
     detail = DeltaTable.forPath(spark, path).detail().select("properties").first()
     return dict(detail[0] or {})
 
 
-def merge_new(df: DataFrame, path: str, schema: StructType, key: list[str], partition_by: Iterable[str] = ()) -> None:
+def _metadata_properties(text: str | None) -> dict[str, str] | None:
+    if not text:
+        return None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(meta, dict) and isinstance(meta.get(USER_METADATA_PROPERTIES), dict):
+        return {str(k): str(v) for k, v in meta[USER_METADATA_PROPERTIES].items()}
+    return None
+
+
+def properties(spark: SparkSession, path: str) -> dict[str, str]:
+    """The properties belonging to the table's current data (see :func:`overwrite` for the guarantee).
+
+    The newest commit that either wrote data with recorded properties or changed the metadata decides: the
+    recorded properties overlay the table's own in the first case.
+    """
+    from delta.tables import DeltaTable
+
+    current = table_properties(spark, path)
+    history = DeltaTable.forPath(spark, path).history(_HISTORY_SCAN).select("version", "operation", "userMetadata")
+    for row in sorted(history.collect(), key=lambda r: -r["version"]):
+        if row["operation"] in _METADATA_OPERATIONS:
+            return current
+        recorded = _metadata_properties(row["userMetadata"])
+        if recorded is not None:
+            return {**current, **recorded}
+    return current
+
+
+def _concurrent_exceptions() -> tuple[type[BaseException], ...]:
+    """Delta's optimistic-concurrency conflicts as the Python API raises them (delta-spark 4.3)."""
+    try:
+        from delta import exceptions as dx
+    except ImportError:  # pragma: no cover
+        return ()
+    names = (
+        "ConcurrentAppendException",
+        "ConcurrentDeleteReadException",
+        "ConcurrentDeleteDeleteException",
+        "ConcurrentTransactionException",
+        "ConcurrentWriteException",
+        "DeltaConcurrentModificationException",
+        "MetadataChangedException",
+        "ProtocolChangedException",
+    )
+    return tuple(getattr(dx, n) for n in names if isinstance(getattr(dx, n, None), type))
+
+
+def is_concurrent_conflict(exc: BaseException) -> bool:
+    """A commit rejected because another writer committed first (retrying against the new snapshot is safe)."""
+    if isinstance(exc, _concurrent_exceptions()):
+        return True
+    # Raised through py4j without conversion (or by another Delta build): recognise the class / error class.
+    text = f"{type(exc).__name__} {str(exc)[:2000]}"
+    return "DELTA_CONCURRENT" in text or "ConcurrentAppendException" in text or "DELTA_METADATA_CHANGED" in text \
+        or "DELTA_PROTOCOL_CHANGED" in text or "Concurrent" in type(exc).__name__
+
+
+@dataclass(frozen=True)
+class MergeOutcome:
+    inserted: int  # rows this MERGE inserted (its own metrics, not other writers')
+    version: int | None  # the Delta version it committed (None when nothing was recorded)
+
+
+def merge_new(
+    df: DataFrame, path: str, schema: StructType, key: list[str], partition_by: Iterable[str] = ()
+) -> MergeOutcome:
     """Insert the rows of ``df`` whose key is not in the table yet; create the table on first write.
 
-    Delta's MERGE is one atomic commit and retried by the caller on a concurrent-append conflict; rows already
-    stored are never rewritten, so a rerun of the same input is a no-op.
+    Delta's MERGE is one atomic commit. When another writer commits first, Delta rejects ours with a
+    concurrent-modification exception; an insert-only MERGE re-run against the new snapshot is safe (it re-checks
+    every key, so a row the other writer inserted is not inserted twice) and is retried up to
+    :data:`MERGE_RETRIES` times. Rows already stored are never rewritten, so a rerun of the same input is a no-op.
     """
     from delta.tables import DeltaTable
 
@@ -119,18 +245,37 @@ def merge_new(df: DataFrame, path: str, schema: StructType, key: list[str], part
     ensure_table(spark, path, schema, partition_by)
     df = df.select(*schema.fieldNames())
     cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in key)
-    for attempt in range(MERGE_RETRIES):
-        try:
-            DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), cond).whenNotMatchedInsertAll().execute()
-            return
-        except Exception as exc:
-            # Two ingests into one table: Delta's optimistic concurrency rejects the later commit; an
-            # insert-only MERGE re-run against the new snapshot is safe (it re-checks every key).
-            if "Concurrent" not in type(exc).__name__ and "DELTA_CONCURRENT" not in str(exc):
-                raise
-            if attempt == MERGE_RETRIES - 1:
-                raise
-            time.sleep(0.5 * (attempt + 1))
+    token = uuid.uuid4().hex
+    conf_key = "spark.databricks.delta.commitInfo.userMetadata"
+    previous = spark.conf.get(conf_key, None)
+    spark.conf.set(conf_key, json.dumps({"ai4dl.commit": token}))
+    try:
+        for attempt in range(MERGE_RETRIES):
+            try:
+                metrics = DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), cond).whenNotMatchedInsertAll().execute()
+                break
+            except Exception as exc:
+                if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
+                    raise
+                time.sleep(0.5 * (attempt + 1) + (uuid.uuid4().int % 500) / 1000)
+    finally:
+        if previous is None:
+            spark.conf.unset(conf_key)
+        else:
+            spark.conf.set(conf_key, previous)
+    row = metrics.first() if metrics is not None else None
+    inserted = int(row["num_inserted_rows"]) if row is not None and "num_inserted_rows" in row.asDict() else 0
+    return MergeOutcome(inserted=inserted, version=_committed_version(spark, path, token))
+
+
+def _committed_version(spark: SparkSession, path: str, token: str) -> int | None:
+    from delta.tables import DeltaTable
+
+    rows = DeltaTable.forPath(spark, path).history(_HISTORY_SCAN).select("version", "userMetadata").collect()
+    for r in rows:
+        if r["userMetadata"] and token in r["userMetadata"]:
+            return int(r["version"])
+    return None  # a MERGE with nothing to insert may commit nothing
 
 
 # Z-order columns per table: rows of one container sit together inside each partition, so a query for one
@@ -160,14 +305,40 @@ def optimize(spark: SparkSession, cfg: dict[str, Any], name: str) -> dict[str, A
     return {"files_added": metrics[0], "files_removed": metrics[1]}
 
 
-def log_run(spark: SparkSession, cfg: dict[str, Any], job: str, written: dict[str, int], config_digest: str) -> None:
-    """Append what a job wrote (table, Delta version, rows) to the run-log table."""
+def log_run(
+    spark: SparkSession,
+    cfg: dict[str, Any],
+    job: str,
+    written: dict[str, int],
+    config_digest: str,
+    versions: dict[str, int | None] | None = None,
+) -> None:
+    """Append what a job wrote (table, Delta version, rows) to the run-log table.
+
+    ``versions`` gives the exact versions a job committed (e.g. from :func:`merge_new`); otherwise the table's
+    current version is recorded. A name that is not a lake table (e.g. a model directory) is logged as is,
+    without a Delta version.
+    """
     run_id = uuid.uuid4().hex[:12]
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    rows = [
-        (run_id, job, name, version(spark, table_path(cfg, name)), int(n), config_digest, now)
-        for name, n in written.items()
-    ]
+    versions = versions or {}
+    rows = []
+    for name, n in written.items():
+        if name in versions:
+            v = versions[name]
+        elif name in TABLES:
+            v = version(spark, table_path(cfg, name))
+        else:
+            v = None
+        rows.append((run_id, job, name, None if v is None else int(v), None if n is None else int(n), config_digest, now))
     path = table_path(cfg, "run_log")
     ensure_table(spark, path, RUN_LOG)
-    spark.createDataFrame(rows, RUN_LOG).write.format("delta").mode("append").save(path)
+    frame = spark.createDataFrame(rows, RUN_LOG)
+    for attempt in range(MERGE_RETRIES):  # appends never conflict with appends, but be safe with a concurrent create
+        try:
+            frame.write.format("delta").mode("append").save(path)
+            return
+        except Exception as exc:
+            if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))

@@ -87,8 +87,25 @@ def run_policies(spark: SparkSession, cfg: dict[str, Any]) -> pd.DataFrame:
     return summary
 
 
-def log(spark: SparkSession, cfg: dict[str, Any], job: str, written: dict[str, int]) -> None:
-    lake.log_run(spark, cfg, job, written, config_hash(cfg))
+def log(
+    spark: SparkSession,
+    cfg: dict[str, Any],
+    job: str,
+    written: dict[str, int],
+    versions: dict[str, int | None] | None = None,
+) -> None:
+    """Record in ``_meta/run_log`` what a job wrote: table, Delta version, rows, and the config's hash."""
+    lake.log_run(spark, cfg, job, written, config_hash(cfg), versions)
+
+
+def table_counts(spark: SparkSession, cfg: dict[str, Any], names: tuple[str, ...]) -> dict[str, int]:
+    """Row counts of lake tables (those that exist), for the run log."""
+    out = {}
+    for name in names:
+        path = lake.table_path(cfg, name)
+        if lake.exists(spark, path):
+            out[name] = spark.read.format("delta").load(path).count()
+    return out
 
 
 def timed(label: str, fn, *args, **kwargs):

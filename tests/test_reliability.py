@@ -1,0 +1,314 @@
+"""Reruns, interruption, concurrent writers, model/table mismatch.
+
+- every CLI stage run twice on the DLaaS sample gives the same tables, and logs what it wrote;
+- an ingest killed (SIGKILL) while writing leaves bronze at its previous version; a rerun completes it;
+- two ingests into one bronze table at the same time both land, without duplicates;
+- a model whose scaler is not the silver table's is refused;
+- table properties stay with the data they belong to even when a job dies between its two commits.
+
+The subprocess tests start their own Spark drivers (``local[1]``, small memory): each takes tens of seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from ai4dl import lake as lk
+from ai4dl.config import config_hash, load_config
+from ai4dl.ingest import ingest
+from ai4dl.model import ModelError, PhaseModel
+from tests.conftest import DLAAS_SAMPLE, REFERENCE_MODEL, ROOT, require_shared
+
+TIMESTAMPS = {"ingested_at", "quarantined_at", "finished_at"}
+STAGE_TABLES = ("bronze", "quarantine", "silver", "phases", "sequences", "transitions", "phase_stats", "policy_replay")
+
+
+def snapshot(spark, cfg, name):
+    """A table's rows (without load timestamps) as a sorted list: equal snapshots, equal contents."""
+    df = lk.read(spark, cfg, name)
+    cols = [c for c in df.columns if c not in TIMESTAMPS]
+    return sorted((tuple(r) for r in df.select(*cols).collect()), key=repr)
+
+
+# --- reruns through the CLI, and the run log ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def twice(spark, tmp_path_factory):
+    """Every stage run twice through ``ai4dl.cli.main`` on the DLaaS sample with the imported reference model."""
+    from ai4dl.cli import main
+
+    sample = str(require_shared(DLAAS_SAMPLE))
+    ref = str(require_shared(REFERENCE_MODEL))
+    base = tmp_path_factory.mktemp("twice")
+    overrides = [
+        f"lake.root={base / 'lake'}",
+        f"lake.models={base / 'models'}",
+        f"report.dir={base / 'report'}",
+        "train.epochs=2",
+        "train.patience=1",
+        "train.device=cpu",
+    ]
+    sets = [a for o in overrides for a in ("--set", o)]
+    cfg = load_config(None, overrides)
+    assert main(["import-reference-model", ref, *sets]) == 0
+    model_dir = str(base / "models" / "reference" / "v0001")
+    stages = [
+        ["ingest", sample],
+        ["window", "--scaler-from-model", model_dir],
+        ["label", "--model", model_dir],
+        ["behaviour"],
+        ["policies"],
+    ]
+    rounds = []
+    for _ in range(2):
+        for stage in stages:
+            assert main([*stage, *sets]) == 0, stage
+        rounds.append({name: snapshot(spark, cfg, name) for name in STAGE_TABLES})
+    rounds.append({"silver_props": lk.properties(spark, lk.table_path(cfg, "silver"))})
+    return {"cfg": cfg, "sets": sets, "rounds": rounds, "model_dir": model_dir}
+
+
+def test_every_stage_is_idempotent(twice):
+    first, second, _ = twice["rounds"]
+    assert len(first["bronze"]) == 204 and len(first["phases"]) == 204 and len(first["policy_replay"]) > 0
+    for name in STAGE_TABLES:
+        assert first[name] == second[name], name
+
+
+def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice):
+    from ai4dl.cli import main
+
+    cfg, sets = twice["cfg"], twice["sets"]
+    assert main(["train", *sets]) == 0  # a model version, logged by its directory
+    log = lk.read(spark, cfg, "run_log").collect()
+    by_job: dict[str, list] = {}
+    for r in log:
+        by_job.setdefault(r["job"], []).append(r)
+    expected = {
+        "ingest": {"bronze", "quarantine"},
+        "window": {"silver"},
+        "label": {"phases"},
+        "behaviour": {"sequences", "transitions", "phase_stats"},
+        "policies": {"policy_replay"},
+    }
+    digest = config_hash(cfg)
+    for job, tables in expected.items():
+        rows = by_job[job]
+        assert {r["table"] for r in rows} == tables, job
+        assert len({r["run_id"] for r in rows}) == 2, job  # two runs of the stage
+        assert all(r["config_hash"] == digest for r in rows), job
+        for r in rows:
+            if job == "ingest" and r["delta_version"] is None:
+                continue  # a MERGE with nothing to insert need not commit
+            assert r["delta_version"] is not None and r["rows"] is not None, r
+    ingest_rows = sorted(by_job["ingest"], key=lambda r: r["finished_at"])
+    bronze = [r for r in ingest_rows if r["table"] == "bronze"]
+    assert [r["rows"] for r in bronze] == [204, 0]  # the rerun inserted nothing
+    first_bronze_version = bronze[0]["delta_version"]
+    assert spark.read.format("delta").option("versionAsOf", first_bronze_version).load(lk.table_path(cfg, "bronze")).count() == 204
+    silver = sorted(by_job["window"], key=lambda r: r["finished_at"])
+    assert [r["rows"] for r in silver] == [204, 204]
+    assert silver[1]["delta_version"] > silver[0]["delta_version"]
+    (train,) = by_job["train"]
+    assert "models" in train["table"] and train["delta_version"] is None and train["rows"] > 0
+
+
+def test_a_model_with_another_scaler_is_refused(spark, twice):
+    from ai4dl.labelling import run_label
+    from ai4dl.model import load
+    from ai4dl.scaler import Scaler
+
+    cfg = twice["cfg"]
+    model = load(twice["model_dir"])
+    s = model.scaler
+    other = PhaseModel(Scaler(s.features, tuple(m + 1.0 for m in s.mean), s.scale), model.crbm, model.centers)
+    before = lk.version(spark, lk.table_path(cfg, "phases"))
+    with pytest.raises(ModelError, match="another scaler"):
+        run_label(spark, cfg, other)
+    assert lk.version(spark, lk.table_path(cfg, "phases")) == before  # nothing written
+
+
+def test_silver_properties_match_the_reference_scaler(spark, twice):
+    from ai4dl.model import load
+    from ai4dl.windowing import PROP_SCALER, silver_scaler
+
+    cfg = twice["cfg"]
+    props = twice["rounds"][2]["silver_props"]
+    assert PROP_SCALER in props
+    scaler, n_history = silver_scaler(spark, lk.table_path(cfg, "silver"))
+    assert scaler.digest == load(twice["model_dir"]).scaler.digest and n_history == 3
+
+
+# --- table properties and the data they belong to -----------------------------------------------------------
+
+
+def test_overwrite_keeps_properties_with_their_data(spark, tmp_path, monkeypatch):
+    from delta.tables import DeltaTable
+    from pyspark.sql import types as T
+
+    schema = T.StructType([T.StructField("x", T.LongType(), False)])
+    path = str(tmp_path / "t")
+    df = spark.range(3).select(F.col("id").alias("x"))
+
+    def operations():
+        return [r["operation"] for r in DeltaTable.forPath(spark, path).history().orderBy("version").collect()]
+
+    lk.overwrite(df, path, schema, properties={"p": "1"})
+    lk.overwrite(df, path, schema, properties={"p": "1"})  # unchanged: no ALTER, one commit per run
+    assert operations() == ["CREATE TABLE", "WRITE", "WRITE"]
+    assert lk.table_properties(spark, path)["p"] == "1" and lk.properties(spark, path)["p"] == "1"
+    assert spark.read.format("delta").load(path).schema == schema  # NOT NULL kept
+
+    # The job dies after the data commit, before the ALTER: the new data still comes with its own properties.
+    def killed(*_args, **_kwargs):
+        raise KeyboardInterrupt("killed between the two commits")
+
+    monkeypatch.setattr(lk, "set_properties", killed)
+    with pytest.raises(KeyboardInterrupt):
+        lk.overwrite(spark.range(5).select(F.col("id").alias("x")), path, schema, properties={"p": "it's \\ 2"})
+    assert lk.table_properties(spark, path)["p"] == "1"  # stale metadata...
+    assert lk.properties(spark, path)["p"] == "it's \\ 2"  # ...but the data's own properties win
+    monkeypatch.undo()
+
+    lk.overwrite(spark.range(5).select(F.col("id").alias("x")), path, schema, properties={"p": "it's \\ 2"})
+    assert lk.table_properties(spark, path)["p"] == "it's \\ 2" == lk.properties(spark, path)["p"]
+    lk.set_properties(spark, path, {"p": "manual"})  # a later ALTER is authoritative again
+    assert lk.properties(spark, path)["p"] == "manual"
+
+
+# --- subprocess ingests: interruption and concurrent writers ------------------------------------------------
+
+
+def _subprocess_cmd(source: str, lake_root: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "ai4dl.cli", "ingest", source,
+        "--master", "local[1]",
+        "--set", f"lake.root={lake_root}",
+        "--set", "spark.driver_memory=768m",
+        "--set", "spark.shuffle_partitions=2",
+        "--set", f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}",
+    ]
+
+
+def _spawn(source: str, lake_root: Path, log: Path) -> subprocess.Popen:
+    out = log.open("wb")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        _subprocess_cmd(source, lake_root), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+
+
+def _wait(proc: subprocess.Popen, log: Path, timeout: float = 420) -> None:
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"ingest subprocess timed out; log tail:\n{log.read_text()[-3000:]}")
+    assert code == 0, log.read_text()[-3000:]
+
+
+def _data_files(table: Path) -> set[Path]:
+    return {p for p in table.rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+def _write_pods(pdf, path: Path) -> str:
+    pdf.to_csv(path, index=False)
+    return str(path)
+
+
+def _key_counts(spark, cfg) -> tuple[int, int]:
+    bronze = lk.read(spark, cfg, "bronze")
+    return bronze.count(), bronze.select("pod_id", "ts").distinct().count()
+
+
+def test_killed_ingest_leaves_the_previous_version_and_a_rerun_completes(spark, lake, tmp_path):
+    from ai4dl.synthetic import generate_fleet, write_fleet
+
+    sample = str(require_shared(DLAAS_SAMPLE))
+    assert ingest(spark, lake, sample).inserted == 204
+    bronze_path = Path(lk.table_path(lake, "bronze"))
+    version_before = lk.version(spark, str(bronze_path))
+    big = str(tmp_path / "big")
+    write_fleet(generate_fleet(spark, 300, 300, seed=11, partitions=2), big, "csv")
+    new_rows = 300 * 300
+
+    files_before = _data_files(bronze_path)
+    log = tmp_path / "killed.log"
+    proc = _spawn(big, Path(lake["lake"]["root"]), log)
+    killed_while_writing = False
+    deadline = time.time() + 300
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if _data_files(bronze_path) - files_before:  # the MERGE is writing data files: kill it now
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed_while_writing = True
+                break
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    print(f"killed while writing: {killed_while_writing}")
+    count, distinct = _key_counts(spark, lake)
+    assert count == distinct
+    if killed_while_writing:
+        # Orphan data files of the dead job are on disk but in no version (VACUUM removes them).
+        assert count == 204, "a killed ingest must leave bronze at its previous version"
+        assert lk.version(spark, str(bronze_path)) == version_before
+    else:  # the job committed before the poll saw a file: then it is the complete new version
+        assert count in (204, 204 + new_rows), log.read_text()[-2000:]
+
+    result = ingest(spark, lake, big)
+    assert result.valid == new_rows
+    assert _key_counts(spark, lake) == (204 + new_rows, 204 + new_rows)
+    assert lk.read(spark, lake, "quarantine").count() == 0
+
+
+@pytest.fixture(scope="module")
+def two_exports(spark, tmp_path_factory):
+    """Two exports of different pods sharing services and the day (the same bronze partitions)."""
+    from ai4dl.synthetic import generate_fleet
+
+    base = tmp_path_factory.mktemp("exports")
+    pdf = generate_fleet(spark, 16, 40, seed=5, services=2, partitions=2).toPandas()
+    ids = sorted(pdf["pod.id"].unique())
+    # container i is in service i % 2: split by pairs so both exports hold both services
+    a = pdf[pdf["pod.id"].isin([p for i, p in enumerate(ids) if i % 4 < 2])]
+    b = pdf[pdf["pod.id"].isin([p for i, p in enumerate(ids) if i % 4 >= 2])]
+    assert set(a["service"]) == set(b["service"])
+    return _write_pods(a, base / "a.csv"), len(a), _write_pods(b, base / "b.csv"), len(b)
+
+
+def test_concurrent_ingests_of_different_files_both_land(spark, lake, tmp_path, two_exports):
+    a, n_a, b, n_b = two_exports
+    root = Path(lake["lake"]["root"])  # a new lake: both writers also race to create the tables
+    procs = [(_spawn(src, root, tmp_path / f"{i}.log"), tmp_path / f"{i}.log") for i, src in enumerate((a, b))]
+    for proc, log in procs:
+        _wait(proc, log)
+    assert _key_counts(spark, lake) == (n_a + n_b, n_a + n_b)
+    assert lk.read(spark, lake, "quarantine").count() == 0
+
+
+def test_concurrent_ingests_of_the_same_file_insert_it_once(spark, lake, tmp_path, two_exports):
+    a, n_a, _, _ = two_exports
+    assert ingest(spark, lake, str(require_shared(DLAAS_SAMPLE))).inserted == 204  # an existing table
+    root = Path(lake["lake"]["root"])
+    procs = [(_spawn(a, root, tmp_path / f"{i}.log"), tmp_path / f"{i}.log") for i in range(2)]
+    for proc, log in procs:
+        _wait(proc, log)
+    assert _key_counts(spark, lake) == (204 + n_a, 204 + n_a)
+    inserted = []
+    for _, log in procs:
+        line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ingest: read"))
+        inserted.append(int(line.split("(")[1].split(" new")[0]))
+    assert sorted(inserted) == [0, n_a]  # each run's own MERGE metrics: one inserted all, the other none
