@@ -220,16 +220,39 @@ def validate(
         F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string").alias("source_file"),
         raw.alias("raw"),
         reasons.alias("reasons"),
+        F.xxhash64(*[F.col(f"`{c}`") for c in source_cols]).alias("row_hash"),
     )
     out = out.withColumn("reasons", F.when(F.col("reasons") == "", None).otherwise(F.col("reasons")))
+    # raw and raw_hash are only computed where a query uses them (the quarantine); row_hash is the cheap,
+    # order-independent content hash that picks the surviving row among duplicates.
     return out.withColumn("raw_hash", F.sha2(F.col("raw"), 256))
 
 
+def rank_duplicates(validated: DataFrame) -> DataFrame:
+    """Typed rows (no raw JSON) with ``_rank``: 1 for the row kept per ``(pod_id, ts)`` (smallest content hash,
+    then source file), > 1 for valid duplicates, null for invalid rows."""
+    typed = validated.drop("raw", "raw_hash")
+    w = Window.partitionBy(POD_ID, TS, F.col("reasons").isNull()).orderBy("row_hash", "source_file")
+    return typed.withColumn("_rank", F.when(F.col("reasons").isNull(), F.row_number().over(w)))
+
+
 def split_duplicates(valid: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(kept, duplicates): one row per ``(pod_id, ts)``, the smallest content hash winning."""
-    w = Window.partitionBy(POD_ID, TS).orderBy("raw_hash", "source_file")
-    ranked = valid.withColumn("_rank", F.row_number().over(w))
+    """(kept, duplicates) of valid rows: one row per ``(pod_id, ts)``, the smallest content hash winning."""
+    ranked = rank_duplicates(valid)
     return ranked.where("_rank = 1").drop("_rank"), ranked.where("_rank > 1").drop("_rank")
+
+
+def duplicate_rows(validated: DataFrame, ranked: DataFrame) -> DataFrame:
+    """The raw rows that lost to a duplicate, with how often each occurred (``source_file, raw, reasons,
+    occurrences``): the losers' keys are few, so the raw JSON is fetched for them alone."""
+    keys = ["source_file", POD_ID, TS, "row_hash"]
+    losers = ranked.where(F.col("_rank") > 1).groupBy(*keys).agg(F.count(F.lit(1)).alias("occurrences")).alias("l")
+    raw = validated.where(F.col("reasons").isNull()).select(*keys, "raw").dropDuplicates(keys).alias("r")
+    cond = [F.col(f"l.{k}").eqNullSafe(F.col(f"r.{k}")) for k in keys]
+    return losers.join(raw, cond).select(
+        F.col("l.source_file").alias("source_file"), F.col("r.raw").alias("raw"),
+        F.lit("duplicate_key").alias("reasons"), F.col("l.occurrences").alias("occurrences"),
+    )
 
 
 def to_bronze(kept: DataFrame) -> DataFrame:
@@ -239,8 +262,12 @@ def to_bronze(kept: DataFrame) -> DataFrame:
 
 
 def to_quarantine(bad: DataFrame) -> DataFrame:
-    grouped = bad.groupBy("source_file", "raw", "reasons", "raw_hash").agg(F.count(F.lit(1)).alias("occurrences"))
-    df = grouped.withColumnRenamed("reasons", "reason").withColumn("quarantined_at", F.current_timestamp())
+    """One quarantine row per distinct (file, raw row, reasons); ``occurrences`` counts identical copies."""
+    if "occurrences" not in bad.columns:
+        bad = bad.withColumn("occurrences", F.lit(1).cast("long"))
+    grouped = bad.groupBy("source_file", "raw", "reasons").agg(F.sum("occurrences").alias("occurrences"))
+    df = grouped.withColumnRenamed("reasons", "reason").withColumn("raw_hash", F.sha2(F.col("raw"), 256))
+    df = df.withColumn("quarantined_at", F.current_timestamp())
     return df.select(*[F.col(f.name).cast(f.dataType) for f in QUARANTINE.fields])
 
 
@@ -263,30 +290,30 @@ def ingest(spark: SparkSession, cfg: dict[str, Any], path: str | None = None, fm
             raise IngestError(f"{path}: cannot read as {fmt} ({text.splitlines()[0][:200]})") from None
         raise
     validated = validate(source, column_mapping(icfg["columns"]), float(icfg["max_usage_factor"]), where=path, delimiter=icfg["delimiter"])
-    validated = validated.persist(StorageLevel.MEMORY_AND_DISK)
+    # Only the narrow typed rows are cached (no raw JSON): one parse of the input serves the bronze MERGE and
+    # the counts; the raw rows are re-read, filtered, for the quarantine alone.
+    ranked = rank_duplicates(validated).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        valid = validated.where(F.col("reasons").isNull())
-        kept, dups = split_duplicates(valid)
-        dups = dups.withColumn("reasons", F.lit("duplicate_key"))
-        bad = validated.where(F.col("reasons").isNotNull()).unionByName(dups)
+        status = F.when(F.col("reasons").isNotNull(), "bad").when(F.col("_rank") > 1, "duplicate").otherwise("kept")
+        counts = {r["s"]: r["n"] for r in ranked.groupBy(status.alias("s")).agg(F.count("*").alias("n")).collect()}
+        n_kept, n_dups, n_bad = counts.get("kept", 0), counts.get("duplicate", 0), counts.get("bad", 0)
 
         bronze_path = lake.table_path(cfg, "bronze")
         # The MERGE's own metrics: exact even when another ingest commits into the same table meanwhile.
+        kept = ranked.where(F.col("_rank") == 1).drop("_rank")
         merged = lake.merge_new(to_bronze(kept), bronze_path, BRONZE, key=[EVENT_DATE, POD_ID, TS], partition_by=BRONZE_PARTITIONS)
-        quarantine = to_quarantine(bad)
-        q = lake.merge_new(quarantine, lake.table_path(cfg, "quarantine"), QUARANTINE, key=["source_file", "raw_hash", "reason"])
-
-        counts = {r["ok"]: r["n"] for r in validated.groupBy(F.col("reasons").isNull().alias("ok")).agg(F.count("*").alias("n")).collect()}
-        n_dups = dups.count()
-        n_valid = counts.get(True, 0)
+        bad = validated.where(F.col("reasons").isNotNull()).select("source_file", "raw", "reasons")
+        if n_dups:
+            bad = bad.withColumn("occurrences", F.lit(1).cast("long")).unionByName(duplicate_rows(validated, ranked))
+        q = lake.merge_new(to_quarantine(bad), lake.table_path(cfg, "quarantine"), QUARANTINE, key=["source_file", "raw_hash", "reason"])
         return IngestResult(
-            read=sum(counts.values()),
-            valid=n_valid - n_dups,
+            read=n_kept + n_dups + n_bad,
+            valid=n_kept,
             inserted=merged.inserted,
-            quarantined=counts.get(False, 0) + n_dups,
+            quarantined=n_bad + n_dups,
             duplicates=n_dups,
             bronze_version=merged.version,
             quarantine_version=q.version,
         )
     finally:
-        validated.unpersist()
+        ranked.unpersist()
