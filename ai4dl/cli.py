@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ai4dl.config import ConfigError, load_config
+from ai4dl.session import SparkSetupError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return _run(args, cfg)
-    except (ValueError, FileNotFoundError) as exc:  # the library's clear errors: one line, no traceback
+    except (ValueError, FileNotFoundError, SparkSetupError) as exc:  # the library's clear errors: one line
         print(f"ai4dl {args.command}: {exc}", file=sys.stderr)
         return 1
 

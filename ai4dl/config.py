@@ -94,8 +94,10 @@ DEFAULTS: dict[str, Any] = {
         "k_std": 2.0,
         "margin": 0.15,
         "vpa_percentile": 0.9,
+        # phase.rule: a phase's quantile of usage, as a share of the container's limit (fraction) or absolute.
+        "phase_statistic": "fraction",
+        "phase_quantile": 0.95,
         "vpa_half_life_steps": 120,
-        "test_fraction": 0.2,
     },
     "report": {
         "dir": "data/report",

@@ -39,7 +39,9 @@ def table_path(cfg: dict[str, Any], name: str) -> str:
     """Path of a lake table by its logical name (see :data:`TABLES`)."""
     root = cfg["lake"]["root"]
     rel = TABLES[name]
-    if "://" in root:
+    from ai4dl.session import is_uri
+
+    if is_uri(root):  # hdfs://, s3a://, abfss://, dbfs:/ ...
         return f"{root.rstrip('/')}/{rel}"
     return str(Path(root).absolute() / rel)
 

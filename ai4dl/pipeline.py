@@ -45,8 +45,9 @@ def run_behaviour(spark: SparkSession, cfg: dict[str, Any], out_dir: str | None 
     transitions = spark.read.format("delta").load(tr_path).toPandas()
     dwell = behaviour.dwell_stats(sequences).toPandas()
     graph = behaviour.transition_graph(transitions, dwell)
-    paths = behaviour.collect_path_counts(sequences)
-    tree = behaviour.prototype_tree(paths, max_depth=8)
+    # Prototypes: the first prototype_depth runs of each life (whole lives of many runs rarely repeat exactly).
+    paths = behaviour.collect_path_counts(sequences, int(b["prototype_depth"]))
+    tree = behaviour.prototype_tree(paths)
     top = behaviour.top_prototypes(paths, int(b["top_prototypes"]))
     out = Path(out_dir or cfg["report"]["dir"])
     out.mkdir(parents=True, exist_ok=True)
@@ -62,12 +63,24 @@ def run_behaviour(spark: SparkSession, cfg: dict[str, Any], out_dir: str | None 
 
 
 def policy_phase_stats(spark: SparkSession, cfg: dict[str, Any]) -> dict[int, dict[str, float]]:
-    """Per-phase demand statistics from training containers only: the phase rule must not see the test fleet."""
-    w = cfg["window"]
+    """Per-phase demand statistics from training containers only: the phase rule must not see the test fleet.
+
+    ``policies.phase_statistic``: ``fraction`` (default) allocates the phase's quantile of usage as a share of
+    each container's own limit; ``absolute`` its quantile in cores and bytes (the gold phase_stats numbers).
+    """
+    w, p = cfg["window"], cfg["policies"]
     phases = lake.read(spark, cfg, "phases").where(is_training_container(F.col(POD_ID), w["train_fraction"], w["split_seed"]))
+    quantile = float(p["phase_quantile"])
+    if p["phase_statistic"] == "fraction":
+        return policies.phase_fraction_stats(phases, quantile)
+    if p["phase_statistic"] != "absolute":
+        raise ValueError(f"policies.phase_statistic must be 'fraction' or 'absolute', got {p['phase_statistic']!r}")
+    column = {0.5: "p50", 0.95: "p95", 0.99: "p99"}.get(quantile)
+    if column is None:
+        raise ValueError(f"policies.phase_quantile must be 0.5, 0.95 or 0.99 with phase_statistic 'absolute', got {quantile}")
     sequences = behaviour.run_lengths(phases)
     stats = phase_stats.phase_statistics(phases, sequences).where(F.col("service") == phase_stats.ALL_SERVICES)
-    return policies.phase_stats_for_policy(stats.toPandas())
+    return policies.phase_stats_for_policy(stats.toPandas(), (f"cpu_{column}", f"mem_{column}"))
 
 
 def run_policies(spark: SparkSession, cfg: dict[str, Any]) -> pd.DataFrame:

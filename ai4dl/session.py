@@ -87,6 +87,10 @@ def get_spark(cfg: dict[str, Any]) -> SparkSession:
     return spark
 
 
+class SparkSetupError(RuntimeError):
+    """The Spark environment cannot run ai4dl as started (e.g. Delta missing under spark-submit)."""
+
+
 def _require_delta(spark: SparkSession) -> None:
     try:
         # Spark's own class loader: it holds the --packages JARs, the JVM's system loader does not.
@@ -96,7 +100,7 @@ def _require_delta(spark: SparkSession) -> None:
 
         minor = ".".join(pyspark.__version__.split(".")[:2])
         version = _delta_version()
-        raise RuntimeError(
+        raise SparkSetupError(
             "Delta Lake JARs are not on the classpath of this spark-submit: add "
             f"--packages io.delta:delta-spark_{minor}_2.13:{version}"
         ) from None

@@ -37,3 +37,15 @@ def test_partition_pruning_and_optimize(spark, lake, tmp_path):
     assert metrics["files_removed"] > metrics["files_added"] > 0
     after = lk.read(spark, lake, "bronze")
     assert len(after.inputFiles()) == 6 and after.count() == 60  # one file per (service, day), no row lost
+
+
+def test_uri_lake_roots_are_not_made_local():
+    from ai4dl.session import build_spark_conf
+
+    for root in ("dbfs:/ai4dl/lake", "s3a://bucket/lake", "hdfs://nn:8020/lake/"):
+        cfg = {"lake": {"root": root}}
+        assert lk.table_path(cfg, "bronze") == root.rstrip("/") + "/bronze/traces"
+    from ai4dl.config import load_config
+
+    conf = build_spark_conf(load_config(None, ["lake.root=abfss://c@acct.dfs.core.windows.net/lake"]))
+    assert conf["spark.sql.warehouse.dir"] == "abfss://c@acct.dfs.core.windows.net/lake/_warehouse"
