@@ -74,7 +74,8 @@ def check_compatible(model: PhaseModel, features: tuple[str, ...], n_history: in
         )
 
 
-def _stack(col: pd.Series, width: int) -> np.ndarray:
+def stack_rows(col: pd.Series, width: int) -> np.ndarray:
+    """An object column of per-row arrays (as pandas gets list columns from Arrow) as an (n, width) matrix."""
     if len(col) == 0:
         return np.empty((0, width))
     return np.stack(col.to_numpy()).astype(np.float64, copy=False).reshape(len(col), width)
@@ -113,8 +114,8 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
             dist = np.full(len(pdf), np.nan)
             acts: list[Any] = [None] * len(pdf)
             if full.any():
-                x = _stack(pdf["features"][full], n_vis)
-                cond = _stack(pdf["history"][full], n_cond)
+                x = stack_rows(pdf["features"][full], n_vis)
+                cond = stack_rows(pdf["history"][full], n_cond)
                 h = encode(weights, x, cond)
                 ph, d = assign(centers, refinements, h)
                 phase[full], dist[full] = ph, d

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from ai4dl import __version__, lake
 from ai4dl.clustering import adjusted_rand_index, contingency, fit_centers, k_report
 from ai4dl.crbm import train_crbm
-from ai4dl.labelling import label
+from ai4dl.labelling import label, stack_rows
 from ai4dl.model import PhaseModel, save_version
 from ai4dl.schema import POD_ID
 from ai4dl.windowing import is_training_container, silver_scaler
@@ -41,8 +41,8 @@ def _matrices(df: DataFrame, n_vis: int, n_cond: int) -> tuple[np.ndarray, np.nd
     pdf = df.select("features", "history").toPandas()
     if pdf.empty:
         raise ValueError("no training windows with full history; ingest and window more data first")
-    x = np.stack(pdf["features"].to_numpy()).astype(np.float64).reshape(len(pdf), n_vis)
-    cond = np.stack(pdf["history"].to_numpy()).astype(np.float64).reshape(len(pdf), n_cond)
+    x = stack_rows(pdf["features"], n_vis)
+    cond = stack_rows(pdf["history"], n_cond)
     return x, cond
 
 
