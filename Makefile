@@ -5,7 +5,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.ai4dl-installed
 CONF   ?= conf/local.yaml
 
-.PHONY: install demo test test-all reference bench clean
+.PHONY: install demo test reference bench clean
 
 # The venv is made once; torch (large) is downloaded only when pyproject.toml changes or the venv is new.
 $(STAMP): pyproject.toml
@@ -21,10 +21,6 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest
-
-# Also the slow and benchmark-marked tests.
-test-all: install
-	$(BIN)/python -m pytest -m ""
 
 # The DLaaS sample labelled with the original AI4DL model (needs ../shared beside the project).
 reference: install

@@ -1,19 +1,18 @@
-"""``ai4dl <command>``: every job of the product from one command line (``jobs/*.py`` call the same code).
+"""``ai4dl <verb>``: every stage of the product from one command line (``jobs/*.py`` call the same table).
 
-Common options: ``--conf conf/local.yaml`` (a YAML job config) and ``--set key.path=value`` (repeatable)
-overlaid on it; ``--master`` is a shortcut for ``--set spark.master=...``.
+Common options: ``--conf conf/local.yaml`` (a YAML job config) and ``--set section.key=value`` (repeatable)
+overlaid on it; ``--master`` is a shortcut for ``--set spark.master=...``. The configuration is validated
+before Spark starts. Expected failures (bad input, bad config, a missing table, a model that does not fit)
+print one line and exit 2; anything else is a bug and shows its traceback (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
-from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-from ai4dl.config import ConfigError, load_config
-from ai4dl.session import SparkSetupError
+from ai4dl.errors import Ai4dlError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,9 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", parents=[common], help="write a synthetic fleet of container traces")
-    g.add_argument("--containers", type=int)
-    g.add_argument("--steps", type=int)
-    g.add_argument("--seed", type=int)
+    g.add_argument("--containers", type=int, help="shortcut for --set generate.containers=N")
+    g.add_argument("--steps", type=int, help="shortcut for --set generate.steps=N")
+    g.add_argument("--seed", type=int, help="shortcut for --set generate.seed=N")
     g.add_argument("--out", default="data/raw/generated", help="output folder")
     g.add_argument("--format", default="csv", choices=["csv", "parquet", "delta"])
 
@@ -62,164 +61,79 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", parents=[common], help="generate -> ingest -> window -> train -> label -> behaviour -> policies -> report")
     d.add_argument("--input", help="ingest these traces instead of generating a fleet")
+
+    v = sub.add_parser(
+        "vpa-recommend",
+        help="the Kubernetes VPA recommender over a CSV of usage samples (no Spark, no lake)",
+        description="Reads pod_id,timestamp_seconds,cpu_cores_used,memory_bytes_used; writes VPA's target, lower "
+        "and upper bounds before every INTERVAL-th sample of each container, as the conformance harness "
+        "(../shared/tools/vpa-reference) does. Other arguments are the harness's VPA flags, e.g. "
+        "-step-seconds 10 -cpu-half-life 1200s -mem-half-life 1200s -mem-interval 1200s -oom-on-shortfall.",
+    )
+    v.add_argument("input", help="CSV of usage samples")
+    v.add_argument("--interval", type=int, default=10, help="ask for a recommendation every N samples (default 10)")
+    v.add_argument("--out", required=True, help="output CSV")
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    overrides = list(args.overrides)
+# Verb -> (stage, its options from the parsed arguments). Config shortcuts are handled in _overrides.
+VERBS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
+    "generate": lambda a: {"out": a.out, "fmt": a.format},
+    "ingest": lambda a: {"input": a.input, "fmt": a.format},
+    "window": lambda a: {"scaler_from_model": a.scaler_from_model},
+    "train": lambda a: {},
+    "label": lambda a: {"model": a.model},
+    "refine": lambda a: {"phase": a.phase, "k": a.k, "model": a.model},
+    "import-reference-model": lambda a: {"path": a.path, "name": a.name},
+    "behaviour": lambda a: {},
+    "policies": lambda a: {},
+    "optimize": lambda a: {"tables": tuple(a.tables)},
+    "report": lambda a: {"out": a.out},
+    "demo": lambda a: {"input": a.input},
+}
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    out = list(args.overrides)
     if args.master:
-        overrides.append(f"spark.master={args.master}")
+        out.append(f"spark.master={args.master}")
+    for flag in ("containers", "steps", "seed"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out.append(f"generate.{flag}={value}")
+    return out
+
+
+def _vpa_recommend(args: argparse.Namespace, flags: list[str]) -> None:
+    from ai4dl.policies.vpa import params_from_flags, recommend_csv
+
+    out = recommend_csv(args.input, args.out, interval=args.interval, params=params_from_flags(flags))
+    print(f"vpa-recommend: {len(out)} recommendations for {out['pod_id'].nunique()} containers -> {args.out}")
+
+
+# Commands that touch neither Spark nor the lake: no config, no run log. They take unparsed extra arguments.
+TOOLS: dict[str, Callable[[argparse.Namespace, list[str]], None]] = {"vpa-recommend": _vpa_recommend}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command not in TOOLS and extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        cfg = load_config(args.conf, overrides)
-    except ConfigError as exc:
-        print(f"ai4dl: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return _run(args, cfg)
-    except (ValueError, FileNotFoundError, SparkSetupError) as exc:  # the library's clear errors: one line
+        if args.command in TOOLS:
+            TOOLS[args.command](args, extra)
+            return 0
+        from ai4dl.config import load_config
+
+        cfg = load_config(args.conf, _overrides(args))
+        from ai4dl import stages
+
+        stages.run(args.command, cfg, **VERBS[args.command](args))
+    except Ai4dlError as exc:  # expected, explained failures: one line, exit 2
         print(f"ai4dl {args.command}: {exc}", file=sys.stderr)
-        return 1
-
-
-def _run(args: argparse.Namespace, cfg: dict) -> int:
-    from ai4dl import pipeline
-    from ai4dl.session import get_spark
-
-    cmd = args.command
-    if cmd == "import-reference-model":
-        from ai4dl.model import save_version
-        from ai4dl.reference import import_reference
-
-        model = import_reference(args.path)
-        path = save_version(model, cfg["lake"]["models"], args.name)
-        print(f"imported reference model {model.model_id} -> {path}")
-        return 0
-
-    spark = get_spark(cfg)
-    if cmd == "generate":
-        _generate(spark, cfg, args)
-    elif cmd == "ingest":
-        _ingest(spark, cfg, args.input, args.format)
-    elif cmd == "window":
-        _window(spark, cfg, args.scaler_from_model)
-    elif cmd == "train":
-        _train(spark, cfg)
-    elif cmd == "label":
-        _label(spark, cfg, args.model)
-    elif cmd == "refine":
-        from ai4dl.model import save_version
-        from ai4dl.training import refine_model
-
-        model, _ = pipeline.resolve_model(cfg, args.model)
-        refined = refine_model(spark, cfg, model, args.phase, args.k)
-        path = save_version(refined, cfg["lake"]["models"], cfg["train"]["model_name"])
-        print(f"refined phase {args.phase} into {refined.refinements[args.phase][1]}: model {refined.model_id} -> {path}")
-    elif cmd == "behaviour":
-        _behaviour(spark, cfg)
-    elif cmd == "policies":
-        _policies(spark, cfg)
-    elif cmd == "optimize":
-        from ai4dl import lake
-
-        for name in args.tables or [n for n in lake.TABLES if n != "run_log"]:
-            if name not in lake.TABLES:
-                raise ValueError(f"unknown table '{name}' (known: {', '.join(lake.TABLES)})")
-            metrics = lake.optimize(spark, cfg, name)
-            if metrics:
-                print(f"optimize {name}: {metrics['files_removed']} files compacted into {metrics['files_added']}")
-    elif cmd == "report":
-        path = pipeline.run_report(spark, cfg, args.out)
-        print(f"report: {path}")
-    elif cmd == "demo":
-        _demo(spark, cfg, args.input)
+        return 2
     return 0
-
-
-def _generate(spark, cfg, args) -> str:
-    from ai4dl.synthetic import generate_fleet, write_fleet
-
-    g = cfg["generate"]
-    n = args.containers or g["containers"]
-    steps = args.steps or g["steps"]
-    seed = args.seed if args.seed is not None else g["seed"]
-    t0 = time.time()
-    df = generate_fleet(spark, n, steps, seed, g["services"], g["start"], g["interval_seconds"], g["partitions"])
-    write_fleet(df, args.out, args.format)
-    print(f"generate: {n} containers x {steps} steps = {n * steps} rows ({args.format}) -> {args.out} in {time.time() - t0:.1f}s")
-    return args.out
-
-
-def _ingest(spark, cfg, path, fmt) -> None:
-    from ai4dl import pipeline
-    from ai4dl.ingest import ingest
-
-    result = ingest(spark, cfg, path, fmt)
-    print(f"ingest: {result.summary()}")
-    pipeline.log(
-        spark, cfg, "ingest", {"bronze": result.inserted, "quarantine": result.quarantined},
-        versions={"bronze": result.bronze_version, "quarantine": result.quarantine_version},
-    )
-
-
-def _window(spark, cfg, scaler_from_model) -> None:
-    from ai4dl import pipeline
-    from ai4dl.model import load
-    from ai4dl.windowing import run_window
-
-    source = scaler_from_model or cfg["window"]["scaler_from_model"]
-    scaler = load(source).scaler if source else None
-    pipeline.log(spark, cfg, "window", run_window(spark, cfg, scaler))
-
-
-def _train(spark, cfg) -> None:
-    from ai4dl import pipeline
-    from ai4dl.training import run_train
-
-    _, path, report = run_train(spark, cfg)
-    pipeline.save_json(Path(cfg["report"]["dir"]) / "train_report.json", {"model": path, **report})
-    # A model version is a directory, not a Delta table: logged by path, rows = the CRBM's sampled windows.
-    pipeline.log(spark, cfg, "train", {path: int(report.get("crbm_windows", 0))})
-
-
-def _behaviour(spark, cfg) -> None:
-    from ai4dl import pipeline
-
-    pipeline.run_behaviour(spark, cfg)
-    pipeline.log(spark, cfg, "behaviour", pipeline.table_counts(spark, cfg, ("sequences", "transitions", "phase_stats")))
-
-
-def _policies(spark, cfg) -> None:
-    from ai4dl import pipeline
-
-    pipeline.run_policies(spark, cfg)
-    pipeline.log(spark, cfg, "policies", pipeline.table_counts(spark, cfg, ("policy_replay",)))
-
-
-def _label(spark, cfg, model_dir) -> None:
-    from ai4dl import pipeline
-    from ai4dl.labelling import run_label
-
-    model, path = pipeline.resolve_model(cfg, model_dir)
-    print(f"label: model {model.model_id} from {path}")
-    pipeline.log(spark, cfg, "label", run_label(spark, cfg, model))
-
-
-def _demo(spark, cfg, input_path) -> None:
-    from ai4dl import pipeline
-
-    t0 = time.time()
-    if input_path is None:
-        ns = argparse.Namespace(containers=None, steps=None, seed=None, out=str(Path(cfg["lake"]["root"]).parent / "raw" / "generated"), format="csv")
-        input_path = pipeline.timed("generate", _generate, spark, cfg, ns)
-    pipeline.timed("ingest", _ingest, spark, cfg, input_path, "csv")
-    pipeline.timed("window", _window, spark, cfg, None)
-    pipeline.timed("train", _train, spark, cfg)
-    pipeline.timed("label", _label, spark, cfg, None)
-    pipeline.timed("behaviour", _behaviour, spark, cfg)
-    pipeline.timed("policies", _policies, spark, cfg)
-    report = pipeline.timed("report", pipeline.run_report, spark, cfg, None)
-    print(f"demo: done in {time.time() - t0:.0f}s; open {report}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,160 +1,363 @@
-"""Job configuration: built-in defaults, overlaid by a YAML file under ``conf/``, overlaid by ``--set key=value``.
+"""Job configuration: one frozen dataclass per section, checked when loaded, before any JVM starts.
 
-Every key a job reads has a default here, so a bare ``ai4dl demo`` runs; an unknown key in a file or on the
-command line is an error rather than a silently ignored typo.
+Built-in defaults, overlaid by a YAML file under ``conf/``, overlaid by ``--set section.key=value`` (values
+parsed as YAML). Every key has a declared type and, where it matters, a range or a set of choices; an unknown
+key, a value of the wrong type or out of range is a :class:`ConfigError` naming the key, the value and what
+is allowed, so ``--set train.k=abc`` fails in a second rather than deep inside training.
+
+>>> cfg = load_config(overrides=["train.k=7", "window.n_history=2"])
+>>> cfg.train.k, cfg.window.n_history, cfg.window.split.train_fraction
+(7, 2, 0.8)
+>>> load_config(overrides=["train.k=abc"])
+Traceback (most recent call last):
+...
+ai4dl.errors.ConfigError: train.k: 'abc' is not allowed: an integer >= 1
 """
 
 from __future__ import annotations
 
-import copy
+import collections.abc
+import dataclasses
 import hashlib
 import json
+import types
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
-from ai4dl.schema import DEFAULT_FEATURES
-
-DEFAULTS: dict[str, Any] = {
-    "spark": {
-        "master": "local[*]",
-        "app_name": "ai4dl",
-        "shuffle_partitions": 8,
-        "arrow": True,
-        # Rows per Arrow batch handed to the encoding UDF: one matrix product per batch.
-        "arrow_max_records_per_batch": 20000,
-        "driver_memory": "4g",
-        # Ivy cache for the Delta JARs; relative paths are under the working directory.
-        "ivy_cache": ".cache/ivy",
-        "conf": {},
-    },
-    "lake": {
-        "root": "data/lake",
-        "models": "data/models",
-    },
-    "ingest": {
-        "input": None,
-        "format": "csv",  # csv | parquet | delta
-        "delimiter": ",",
-        "columns": {},  # source column -> lake column, for exports with other names
-        # A usage above limit x this factor is a broken sample, not a burst.
-        "max_usage_factor": 10.0,
-    },
-    "generate": {
-        "containers": 120,
-        "steps": 400,
-        "seed": 7,
-        "services": 4,
-        "start": 1_700_000_000,  # epoch seconds of the first sample
-        "interval_seconds": 30,
-        "partitions": 0,  # 0: two per core
-    },
-    "window": {
-        "features": list(DEFAULT_FEATURES),
-        "n_history": 3,
-        "train_fraction": 0.8,
-        "split_seed": 42,
-        # A gap between two samples longer than this starts a new segment whose first steps lack history.
-        "max_gap_seconds": None,
-        # Use this model's scaler instead of fitting one (e.g. an imported reference model).
-        "scaler_from_model": None,
-    },
-    "train": {
-        "n_hidden": 10,
-        "k": 5,
-        "cd_k": 1,
-        "epochs": 60,
-        "batch_size": 128,
-        "learning_rate": 0.05,
-        "patience": 5,
-        "min_delta": 1e-4,
-        "sample_size": 100_000,
-        "max_per_container": 2_000,
-        "seed": 1234,
-        "device": "auto",  # auto | cpu | cuda
-        # > 1: train the CRBM data-parallel with Spark's TorchDistributor on this many processes.
-        "distributor_processes": 0,
-        "k_range": None,  # e.g. [3, 8]: print silhouette and inertia for each k
-        "model_name": "ai4dl",
-    },
-    "label": {
-        "model": None,  # model directory; default: latest version under lake.models/<train.model_name>
-        "engine": "arrow",  # arrow (mapInArrow) | pandas (mapInPandas): see ai4dl.labelling
-    },
-    "behaviour": {
-        # Runs shorter than this are absorbed by a neighbour: single-step flickers are noise, not phases.
-        "min_run_steps": 3,
-        "top_prototypes": 5,
-        # Prototypes and the prefix tree use the first runs of each life (whole lives rarely repeat exactly).
-        "prototype_depth": 4,
-    },
-    "policies": {
-        "interval_steps": 10,
-        "k_std": 2.0,
-        "margin": 0.15,
-        "vpa_percentile": 0.9,
-        # phase.rule: a phase's quantile of usage, as a share of the container's limit (fraction) or absolute.
-        "phase_statistic": "fraction",
-        "phase_quantile": 0.95,
-        "vpa_half_life_steps": 120,
-    },
-    "report": {
-        "dir": "data/report",
-    },
-}
+from ai4dl.errors import ConfigError
+from ai4dl.lake.columns import DEFAULT_FEATURES
+from ai4dl.method.split import ContainerSplit
 
 
-class ConfigError(ValueError):
-    """A configuration file or override that does not fit the known keys."""
+def _key(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: float | None = None,
+         lo_open: bool = False, choices: tuple[Any, ...] | None = None, factory: Any = None) -> Any:
+    """A config field with its constraints (inclusive bounds unless ``lo_open``)."""
+    meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
-def _merge(base: dict, extra: dict, path: str = "") -> dict:
-    for key, value in extra.items():
-        where = f"{path}{key}"
-        if key not in base:
-            raise ConfigError(f"unknown config key '{where}' (known: {', '.join(sorted(base))})")
-        if isinstance(base[key], dict) and key != "conf" and key != "columns":
-            if not isinstance(value, dict):
-                raise ConfigError(f"config key '{where}' must be a mapping, got {value!r}")
-            _merge(base[key], value, where + ".")
-        elif isinstance(base[key], dict):
-            if not isinstance(value, dict):
-                raise ConfigError(f"config key '{where}' must be a mapping, got {value!r}")
-            base[key] = {**base[key], **value}
-        else:
-            base[key] = value
+@dataclass(frozen=True)
+class SparkConfig:
+    master: str = "local[*]"
+    app_name: str = "ai4dl"
+    shuffle_partitions: int = _key(8, lo=1)
+    arrow: bool = True
+    # Rows per Arrow batch handed to the encoding UDF: one matrix product per batch.
+    arrow_max_records_per_batch: int = _key(20000, lo=1)
+    driver_memory: str = "4g"
+    # Ivy cache for the Delta JARs; relative paths are under the working directory.
+    ivy_cache: str | None = ".cache/ivy"
+    conf: Mapping[str, Any] = _key(factory=dict)
+
+
+@dataclass(frozen=True)
+class LakeConfig:
+    root: str = "data/lake"
+    models: str = "data/models"
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    input: str | None = None
+    format: str = _key("csv", choices=("csv", "parquet", "delta"))
+    delimiter: str = ","
+    columns: Mapping[str, str] = _key(factory=dict)  # source column -> lake column, for exports with other names
+    # A usage above limit x this factor is a broken sample, not a burst.
+    max_usage_factor: float = _key(10.0, lo=0, lo_open=True)
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    containers: int = _key(120, lo=1)
+    steps: int = _key(400, lo=1)
+    seed: int = 7
+    services: int = _key(4, lo=1)
+    start: int = _key(1_700_000_000, lo=0)  # epoch seconds of the first sample
+    interval_seconds: int = _key(30, lo=1)
+    partitions: int = _key(0, lo=0)  # 0: two per core
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    features: tuple[str, ...] = tuple(DEFAULT_FEATURES)
+    n_history: int = _key(3, lo=1)
+    train_fraction: float = _key(0.8, lo=0, hi=1, lo_open=True)
+    split_seed: int = 42
+    # A gap between two samples longer than this starts a new segment whose first steps lack history.
+    max_gap_seconds: float | None = _key(None, lo=0, lo_open=True)
+    # Use this model's scaler instead of fitting one (e.g. an imported reference model).
+    scaler_from_model: str | None = None
+
+    @property
+    def split(self) -> ContainerSplit:
+        """The one train/held-out split of containers every stage uses."""
+        return ContainerSplit(self.train_fraction, self.split_seed)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    n_hidden: int = _key(10, lo=1)
+    k: int = _key(5, lo=1)
+    cd_k: int = _key(1, lo=1)
+    epochs: int = _key(60, lo=1)
+    batch_size: int = _key(128, lo=1)
+    learning_rate: float = _key(0.05, lo=0, lo_open=True)
+    patience: int = _key(5, lo=1)
+    min_delta: float = _key(1e-4, lo=0)
+    sample_size: int = _key(100_000, lo=1)
+    max_per_container: int = _key(2_000, lo=1)
+    seed: int = 1234
+    device: str = _key("auto", choices=("auto", "cpu", "cuda"))
+    # > 1: train the CRBM data-parallel with Spark's TorchDistributor on this many processes.
+    distributor_processes: int = _key(0, lo=0)
+    k_range: tuple[int, int] | None = None  # e.g. [3, 8]: print silhouette and inertia for each k
+    model_name: str = "ai4dl"
+
+    def __post_init__(self) -> None:
+        if self.k_range is not None and not (2 <= self.k_range[0] <= self.k_range[1]):
+            raise ConfigError(f"train.k_range: {list(self.k_range)!r} is not allowed: [lo, hi] with 2 <= lo <= hi")
+
+
+@dataclass(frozen=True)
+class LabelConfig:
+    model: str | None = None  # model directory; default: latest version under lake.models/<train.model_name>
+    engine: str = _key("arrow", choices=("arrow", "pandas"))  # see ai4dl.method.labelling
+
+
+@dataclass(frozen=True)
+class BehaviourConfig:
+    # Runs shorter than this are absorbed by a neighbour: single-step flickers are noise, not phases.
+    min_run_steps: int = _key(3, lo=1)
+    top_prototypes: int = _key(5, lo=1)
+    # Prototypes and the prefix tree use the first runs of each life (whole lives rarely repeat exactly).
+    prototype_depth: int = _key(4, lo=1)
+
+
+@dataclass(frozen=True)
+class PoliciesConfig:
+    interval_steps: int = _key(10, lo=1)
+    k_std: float = _key(2.0, lo=0)
+    margin: float = _key(0.15, lo=0)
+    vpa_percentile: float = _key(0.9, lo=0, hi=1)
+    # phase.rule: a phase's quantile of usage, as a share of the container's limit (fraction) or absolute.
+    phase_statistic: str = _key("fraction", choices=("fraction", "absolute"))
+    phase_quantile: float = _key(0.95, lo=0, hi=1)
+    vpa_half_life_steps: float = _key(120, lo=0, lo_open=True)
+
+    def __post_init__(self) -> None:
+        if self.phase_statistic == "absolute" and self.phase_quantile not in (0.5, 0.95, 0.99):
+            raise ConfigError(
+                f"policies.phase_quantile: {self.phase_quantile!r} is not allowed with phase_statistic 'absolute': "
+                "one of 0.5, 0.95, 0.99 (the quantiles the gold phase_stats table holds)"
+            )
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    dir: str = "data/report"
+
+
+@dataclass(frozen=True)
+class Config:
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    lake: LakeConfig = field(default_factory=LakeConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    window: WindowConfig = field(default_factory=WindowConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    label: LabelConfig = field(default_factory=LabelConfig)
+    behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
+    policies: PoliciesConfig = field(default_factory=PoliciesConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (YAML/JSON-ready): what :func:`from_dict` reads back."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=dict))
+
+    def replace(self, **sections: Any) -> "Config":
+        """A copy with whole sections, or ``section={key: value}`` updates, replaced (and re-validated)."""
+        data = self.to_dict()
+        for name, value in sections.items():
+            if dataclasses.is_dataclass(value):
+                value = dataclasses.asdict(value)
+            data = _merge(data, {name: value})
+        return from_dict(data)
+
+    @property
+    def digest(self) -> str:
+        """Short stable digest of the configuration, recorded with what a job wrote."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config)}  # type: ignore[misc]
+
+# Sections whose mapping-valued keys take free-form entries (Spark properties, column renames).
+_FREE_FORM = {("spark", "conf"), ("ingest", "columns")}
+
+
+def _describe(f: dataclasses.Field, kind: Any) -> str:
+    meta = f.metadata
+    if meta.get("choices"):
+        return "one of " + ", ".join(repr(c) for c in meta["choices"])
+    base = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(kind, str(kind))
+    if kind is tuple or typing.get_origin(kind) is tuple:
+        base = "a list"
+    if kind in (dict, collections.abc.Mapping):
+        base = "a mapping"
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if lo is not None and hi is not None:
+        base += f" in {'(' if meta.get('lo_open') else '['}{lo}, {hi}]"
+    elif lo is not None:
+        base += f" {'>' if meta.get('lo_open') else '>='} {lo}"
     return base
 
 
-def _parse_override(item: str) -> tuple[list[str], Any]:
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return tp, False
+
+
+def _coerce(section: str, f: dataclasses.Field, hint: Any, value: Any) -> Any:
+    key = f"{section}.{f.name}"
+    kind, optional = _unwrap_optional(hint)
+    allowed = _describe(f, typing.get_origin(kind) or kind) + (" or null" if optional else "")
+
+    def bad() -> ConfigError:
+        return ConfigError(f"{key}: {value!r} is not allowed: {allowed}")
+
+    if value is None:
+        if optional:
+            return None
+        raise bad()
+    origin = typing.get_origin(kind)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise bad()
+        out: Any = value
+    elif kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad()
+        out = value
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad()
+        out = float(value)
+    elif kind is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise bad()
+        out = str(value)
+    elif origin is tuple:
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise bad()
+        args = typing.get_args(kind)
+        item = args[0]
+        if len(args) > 1 and args[1] is not Ellipsis and len(value) != len(args):
+            raise bad()
+        if any(not isinstance(v, item) or isinstance(v, bool) for v in value):
+            raise bad()
+        out = tuple(value)
+    elif origin in (dict, collections.abc.Mapping) or kind in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise bad()
+        out = dict(value)
+    else:  # pragma: no cover - a field type this loader does not know is a programming error
+        raise TypeError(f"{key}: unsupported config type {kind}")
+    meta = f.metadata
+    if meta.get("choices") and out not in meta["choices"]:
+        raise bad()
+    lo, hi = meta.get("lo"), meta.get("hi")
+    if lo is not None and (out < lo or (meta.get("lo_open") and out == lo)):
+        raise bad()
+    if hi is not None and out > hi:
+        raise bad()
+    return out
+
+
+def _section(name: str, data: Mapping[str, Any]) -> Any:
+    cls = SECTIONS[name]
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"unknown config key '{name}.{unknown[0]}' (known in '{name}': {', '.join(known)})")
+    values = {k: _coerce(name, known[k], hints[k], v) for k, v in data.items()}
+    return cls(**values)
+
+
+def from_dict(data: Mapping[str, Any]) -> Config:
+    """A validated :class:`Config` from a nested mapping (missing keys take their defaults)."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"a configuration must be a mapping of sections, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(SECTIONS))
+    if unknown:
+        raise ConfigError(f"unknown config section '{unknown[0]}' (known: {', '.join(SECTIONS)})")
+    sections = {}
+    for name, section in data.items():
+        if not isinstance(section, Mapping):
+            raise ConfigError(f"config section '{name}' must be a mapping, got {section!r}")
+        sections[name] = _section(name, section)
+    return Config(**sections)
+
+
+def _merge(base: dict, extra: Mapping, path: str = "") -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        where = f"{path}{key}"
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) and tuple(where.split(".")) not in _FREE_FORM:
+            out[key] = _merge(out[key], value, where + ".")
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def _parse_override(item: str) -> dict[str, Any]:
     if "=" not in item:
-        raise ConfigError(f"override '{item}' is not of the form key.path=value")
+        raise ConfigError(f"override '{item}' is not of the form section.key=value")
     key, raw = item.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw)
+    keys = key.strip().split(".")
+    if len(keys) < 2 or not all(keys):
+        raise ConfigError(f"override '{item}': the key must be section.key (e.g. train.k=6)")
+    try:
+        value: Any = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    for k in reversed(keys):
+        value = {k: value}
+    return value
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Defaults, then the YAML file at ``path``, then each ``a.b=value`` override (values parsed as YAML)."""
-    cfg = copy.deepcopy(DEFAULTS)
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file at ``path``, then each ``section.key=value`` override; validated."""
+    data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
-        data = yaml.safe_load(p.read_text()) or {}
-        if not isinstance(data, dict):
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {p} is not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(loaded, dict):
             raise ConfigError(f"config file {p} must hold a mapping at top level")
-        _merge(cfg, data)
+        data = _merge(data, loaded)
     for item in overrides or []:
-        keys, value = _parse_override(item)
-        nested: dict[str, Any] = value
-        for k in reversed(keys):
-            nested = {k: nested}
-        _merge(cfg, nested)
-    return cfg
+        data = _merge(data, _parse_override(item))
+    return from_dict(data)
 
 
-def config_hash(cfg: dict[str, Any]) -> str:
-    """Short stable digest of a configuration, recorded with what a job wrote."""
-    blob = json.dumps(cfg, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
+__all__ = [
+    "BehaviourConfig", "Config", "ConfigError", "GenerateConfig", "IngestConfig", "LabelConfig", "LakeConfig",
+    "PoliciesConfig", "ReportConfig", "SparkConfig", "TrainConfig", "WindowConfig", "from_dict", "load_config",
+]

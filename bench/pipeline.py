@@ -205,18 +205,15 @@ def main(argv=None) -> int:
         f"report.dir={work / 'report'}",
         f"train.epochs={args.epochs}",
         f"train.sample_size={args.sample_size}",
+        f"generate.containers={args.containers}",
+        f"generate.steps={args.steps}",
+        f"generate.seed={args.seed}",
         *args.overrides,
     ])
 
-    from pyspark.sql import functions as F
-
-    from ai4dl import lake, pipeline
-    from ai4dl.ingest import ingest
-    from ai4dl.labelling import run_label
-    from ai4dl.session import get_spark
-    from ai4dl.synthetic import generate_fleet, write_fleet
-    from ai4dl.training import run_train
-    from ai4dl.windowing import run_window
+    from ai4dl import stages as S
+    from ai4dl.lake.session import get_spark
+    from ai4dl.lake.tables import Lake
 
     t_all = time.perf_counter()
     spark = get_spark(cfg)
@@ -225,30 +222,29 @@ def main(argv=None) -> int:
     print(f"[bench] {args.containers} containers x {args.steps} steps = {rows:,} rows; master {args.master}, "
           f"driver memory {args.driver_memory}, {args.shuffle_partitions} shuffle partitions, "
           f"parallelism {spark.sparkContext.defaultParallelism}; JVM pid {meter.jvm}; workdir {work}", flush=True)
-    g = cfg["generate"]
+    lake = Lake.for_config(spark, cfg)
 
     def count(name: str):
-        return lambda: lake.read(spark, cfg, name).count()
+        return lambda: lake.count(name)
 
+    # The same stage functions the CLI and the jobs run (run log included), timed one by one.
     extra: dict = {}
     if "generate" in stages:
-        df = generate_fleet(spark, args.containers, args.steps, args.seed, g["services"], g["start"], g["interval_seconds"], g["partitions"])
-        meter.run("generate", rows, write_fleet, df, fleet, "parquet")
+        meter.run("generate", rows, S.generate, cfg, spark, out=fleet, fmt="parquet")
     if "ingest" in stages:
-        res = meter.run("ingest", lambda: spark.read.parquet(fleet).count(), ingest, spark, cfg, fleet, "parquet")
-        extra["ingest"] = res.summary()
+        res = meter.run("ingest", lambda: spark.read.parquet(fleet).count(), S.ingest, cfg, spark, input=fleet, fmt="parquet")
+        extra["ingest"] = res.details["result"].summary()
     if "window" in stages:
-        meter.run("window", count("bronze"), run_window, spark, cfg)
+        meter.run("window", count("bronze"), S.window, cfg, spark)
     if "train" in stages:
-        _, path, report = meter.run("train", count("silver"), run_train, spark, cfg)
+        report = meter.run("train", count("silver"), S.train, cfg, spark).details["report"]
         extra["train"] = {k: v for k, v in report.items() if not isinstance(v, (list, dict))}
     if "label" in stages:
-        model, _ = pipeline.resolve_model(cfg)
-        meter.run("label", count("silver"), run_label, spark, cfg, model)
+        meter.run("label", count("silver"), S.label, cfg, spark)
     if "behaviour" in stages:
-        meter.run("behaviour", count("phases"), pipeline.run_behaviour, spark, cfg)
+        meter.run("behaviour", count("phases"), S.behaviour, cfg, spark)
     if "policies" in stages:
-        meter.run("policies", count("phases"), pipeline.run_policies, spark, cfg)
+        meter.run("policies", count("phases"), S.policies, cfg, spark)
 
     meter.heap.stop()
     total = time.perf_counter() - t_all

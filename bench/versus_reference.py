@@ -114,7 +114,7 @@ def sgd_epoch(w: dict, x: np.ndarray, c: np.ndarray, lr: float, order: np.ndarra
 @contextmanager
 def instrumented_udf(spark, df_class):
     """Wrap every mapInPandas/mapInArrow function and the labelling's encode/assign with timing accumulators."""
-    import ai4dl.labelling as labelling
+    import ai4dl.method.labelling as labelling
 
     sc = spark.sparkContext
     acc = {k: sc.accumulator(0.0) for k in ("fn", "input", "encode_assign", "batches", "rows")}
@@ -225,36 +225,39 @@ def main(argv=None) -> int:
         f"spark.master={args.master}", f"spark.driver_memory={args.driver_memory}",
         f"spark.shuffle_partitions={args.shuffle_partitions}", f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}",
         "spark.app_name=ai4dl-versus", f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}",
-        f"report.dir={work / 'report'}",
+        f"report.dir={work / 'report'}", f"generate.containers={args.containers}", f"generate.steps={args.steps}",
+        f"generate.seed={args.seed}",
     ])
 
     from pyspark.sql import functions as F
 
-    from ai4dl import lake
-    from ai4dl.crbm import CRBM, encode, train_crbm
-    from ai4dl.ingest import ingest
-    from ai4dl.labelling import label, label_arrays
-    from ai4dl.model import PhaseModel
-    from ai4dl.reference import import_reference
-    from ai4dl.session import get_spark
-    from ai4dl.synthetic import generate_fleet, write_fleet
-    from ai4dl.windowing import run_window, silver_scaler
+    from ai4dl import stages
+    from ai4dl.lake.session import get_spark
+    from ai4dl.lake.tables import Lake
+    from ai4dl.method.crbm import CRBM, encode, train_crbm
+    from ai4dl.method.labelling import label, label_arrays
+    from ai4dl.method.model import PhaseModel
+    from ai4dl.method.windowing import silver_scaler
 
     spark = get_spark(cfg)
+    lake = Lake.for_config(spark, cfg)
     slots = spark.sparkContext.defaultParallelism
     res: dict = {"containers": args.containers, "steps": args.steps, "parallelism": slots}
 
     # ---- data and model
     t0 = time.perf_counter()
     fleet = str(work / "fleet")
-    write_fleet(generate_fleet(spark, args.containers, args.steps, args.seed), fleet, "parquet")
-    ingest(spark, cfg, fleet, "parquet")
+    stages.generate(cfg, spark, out=fleet, fmt="parquet")
+    stages.ingest(cfg, spark, input=fleet, fmt="parquet")
     ref = Path(args.reference_model) if args.reference_model else None
-    model = import_reference(ref) if ref is not None else None
-    if model is not None and tuple(model.features) != tuple(cfg["window"]["features"]):
+    model = model_dir = None
+    if ref is not None:
+        imported = stages.import_reference_model(cfg, spark, path=str(ref))
+        model, model_dir = imported.details["model"], imported.details["path"]
+    if model is not None and tuple(model.features) != tuple(cfg.window.features):
         raise SystemExit(f"{ref}: features {model.features} differ from window.features; cannot use it")
-    run_window(spark, cfg, model.scaler if model is not None else None)
-    silver = lake.read(spark, cfg, "silver")
+    stages.window(cfg, spark, scaler_from_model=model_dir)
+    silver = lake.read("silver")
     n_full = silver.where("has_full_history").count()
     n_all = silver.count()
     # The baseline's input: every full-history window collected to the driver (emulates the single-machine tool).
@@ -268,12 +271,12 @@ def main(argv=None) -> int:
     xs, cs = np.ascontiguousarray(x[pick]), np.ascontiguousarray(cond[pick])
     if model is None:
         # A quick model: train_crbm on the sampled windows, then a seeded numpy k-means on their codes.
-        scaler, _ = silver_scaler(spark, lake.table_path(cfg, "silver"))
-        t_cfg = cfg["train"]
-        crbm = train_crbm(xs, cs, n_hidden=int(t_cfg["n_hidden"]), cd_k=int(t_cfg["cd_k"]), epochs=args.model_epochs,
-                          batch_size=int(t_cfg["batch_size"]), learning_rate=float(t_cfg["learning_rate"]),
-                          seed=int(t_cfg["seed"]), device="cpu", log=None, progress=False).weights
-        model = PhaseModel(scaler, crbm, kmeans(encode(crbm, xs, cs), int(t_cfg["k"]), seed=int(t_cfg["seed"])))
+        scaler, _ = silver_scaler(lake.properties("silver"))
+        t_cfg = cfg.train
+        crbm = train_crbm(xs, cs, n_hidden=t_cfg.n_hidden, cd_k=t_cfg.cd_k, epochs=args.model_epochs,
+                          batch_size=t_cfg.batch_size, learning_rate=t_cfg.learning_rate,
+                          seed=t_cfg.seed, device="cpu", log=None, progress=False).weights
+        model = PhaseModel(scaler, crbm, kmeans(encode(crbm, xs, cs), t_cfg.k, seed=t_cfg.seed))
     print(f"[versus] setup {time.perf_counter() - t0:.0f}s: {n_all} silver windows, {n_full} with full history; "
           f"model {model.model_id} ({'imported ' + str(ref) if ref else 'trained here'}; k={model.k}, "
           f"{model.crbm.n_hidden} hidden, history {model.n_history})", flush=True)
@@ -307,7 +310,7 @@ def main(argv=None) -> int:
               f"python compute {compute:.2f} task-s ({run['share_udf_compute']:.0%} of {slots} slots x wall), "
               f"encode+assign {ea:.2f} task-s ({run['share_encode_assign']:.0%}), "
               f"waiting for input {inp:.2f} task-s", flush=True)
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(cfg["spark"]["arrow_max_records_per_batch"]))
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(cfg.spark.arrow_max_records_per_batch))
     res["udf"] = udf_runs
 
     # ---- (b) the original per-window loop, on windows collected to the driver (baseline only)
@@ -330,8 +333,8 @@ def main(argv=None) -> int:
     unmatched = int((merged["_merge"] != "both").sum())
     vec_mismatch = int((vec_phase != loop_phase).sum())
     best = max(udf_runs, key=lambda r: r["rows_per_s"])
-    default = next((r for r in udf_runs if r["max_records_per_batch"] == cfg["spark"]["arrow_max_records_per_batch"]
-                    and r["engine"] == cfg["label"]["engine"]), best)
+    default = next((r for r in udf_runs if r["max_records_per_batch"] == cfg.spark.arrow_max_records_per_batch
+                    and r["engine"] == cfg.label.engine), best)
     loop_rps = len(x) / loop_s
     print(f"[versus] agreement: {len(both) - mismatches}/{len(both)} windows agree ({mismatches} mismatches, {unmatched} unmatched keys); "
           f"label_arrays vs loop mismatches {vec_mismatch}", flush=True)
@@ -346,7 +349,7 @@ def main(argv=None) -> int:
     # ---- 2. training: per-sample numpy SGD vs torch mini-batch CD-k, same windows, same initial weights
     import torch
 
-    n_hidden, lr, seed = int(cfg["train"]["n_hidden"]), args.learning_rate, 1234
+    n_hidden, lr, seed = cfg.train.n_hidden, args.learning_rate, 1234
     init = CRBM(n_vis, n_hidden, n_his, seed=seed).weights().as_dict()
     err0 = rec_error(init, xs, cs)
     w_sgd = {k: np.array(v, dtype=np.float64, copy=True) for k, v in init.items()}
@@ -365,7 +368,7 @@ def main(argv=None) -> int:
     model_t = CRBM(n_vis, n_hidden, n_his, seed=seed)
     xt, ct = torch.as_tensor(xs, dtype=torch.float32), torch.as_tensor(cs, dtype=torch.float32)
     shuffle = np.random.default_rng(seed)
-    bs = int(cfg["train"]["batch_size"])
+    bs = cfg.train.batch_size
     lr_t = args.torch_learning_rate if args.torch_learning_rate is not None else lr
     torch_err, torch_times, elapsed, reached = [], [], 0.0, None
     for epoch in range(1, args.max_epochs + 1):
@@ -373,7 +376,7 @@ def main(argv=None) -> int:
         order = torch.from_numpy(shuffle.permutation(len(xs)))
         for start in range(0, len(xs), bs):
             idx = order[start:start + bs]
-            model_t.cd_step(xt[idx], ct[idx], lr_t, k=int(cfg["train"]["cd_k"]))
+            model_t.cd_step(xt[idx], ct[idx], lr_t, k=cfg.train.cd_k)
         elapsed += time.perf_counter() - t
         torch_err.append(rec_error(model_t.weights().as_dict(), xs, cs))
         torch_times.append(round(elapsed, 2))
@@ -382,7 +385,7 @@ def main(argv=None) -> int:
             break
     if reached:
         t = time.perf_counter()
-        result = train_crbm(xs, cs, n_hidden=n_hidden, cd_k=int(cfg["train"]["cd_k"]), epochs=reached, batch_size=bs,
+        result = train_crbm(xs, cs, n_hidden=n_hidden, cd_k=cfg.train.cd_k, epochs=reached, batch_size=bs,
                             learning_rate=lr_t, patience=reached + 1, seed=seed, device="cpu", log=None, progress=False)
         tc_s = time.perf_counter() - t
         tc_err = rec_error(result.weights.as_dict(), xs, cs)

@@ -43,14 +43,17 @@ SYNTHETIC_STEPS = int(os.environ.get("AI4DL_SYNTHETIC_STEPS", "120"))
 # MAGIC %md
 # MAGIC ## Configuration and session
 # MAGIC
-# MAGIC The notebook uses the same config loader as the jobs (defaults < overrides), so what it does is exactly what
-# MAGIC `ai4dl <command> --set ...` would do. `get_spark` returns the already running session when there is one
-# MAGIC (Databricks' `spark`, a test fixture) and only builds a local Delta session otherwise.
+# MAGIC The notebook uses the same config loader and the same stage functions (`ai4dl.stages`) as the jobs and the
+# MAGIC CLI, so what it does is exactly what `ai4dl <verb> --set ...` would do, run log included. `get_spark`
+# MAGIC returns the already running session when there is one (Databricks' `spark`, a test fixture) and only builds
+# MAGIC a local Delta session otherwise.
 
 # COMMAND ----------
 
+from ai4dl import stages
 from ai4dl.config import load_config
-from ai4dl.session import get_spark
+from ai4dl.lake.session import get_spark
+from ai4dl.lake.tables import Lake
 
 cfg = load_config(
     None,
@@ -65,7 +68,8 @@ cfg = load_config(
     ],
 )
 spark = get_spark(cfg)
-print(f"Spark {spark.version}; lake {cfg['lake']['root']}; models {cfg['lake']['models']}")
+lake = Lake.for_config(spark, cfg)
+print(f"Spark {spark.version}; lake {cfg.lake.root}; models {cfg.lake.models}")
 
 # COMMAND ----------
 
@@ -82,12 +86,8 @@ if USE_SAMPLE:
     INPUT = SAMPLE
     print(f"input: the DLaaS sample {INPUT}")
 else:
-    from ai4dl.synthetic import generate_fleet, write_fleet
-
-    g = cfg["generate"]
-    INPUT = str(Path(LAKE_ROOT).parent / "raw" / "generated")
-    fleet = generate_fleet(spark, SYNTHETIC_CONTAINERS, SYNTHETIC_STEPS, g["seed"], g["services"], g["start"], g["interval_seconds"])
-    write_fleet(fleet, INPUT, "csv")
+    small = cfg.replace(generate={"containers": SYNTHETIC_CONTAINERS, "steps": SYNTHETIC_STEPS})
+    INPUT = stages.generate(small, spark).details["path"]
     print(f"input: {SAMPLE} not found; generated {SYNTHETIC_CONTAINERS} containers x {SYNTHETIC_STEPS} steps -> {INPUT}")
 
 # COMMAND ----------
@@ -100,12 +100,8 @@ else:
 
 # COMMAND ----------
 
-from ai4dl import pipeline
-from ai4dl.ingest import ingest
-
-result = ingest(spark, cfg, INPUT, "csv")
-print(f"ingest: {result.summary()}")
-pipeline.log(spark, cfg, "ingest", {"bronze": result.inserted, "quarantine": result.quarantined})
+ingested = stages.ingest(cfg, spark, input=INPUT, fmt="csv")
+print(ingested)
 
 # COMMAND ----------
 
@@ -118,24 +114,18 @@ pipeline.log(spark, cfg, "ingest", {"bronze": result.inserted, "quarantine": res
 
 # COMMAND ----------
 
-from ai4dl.model import save_version
-from ai4dl.windowing import run_window
-
 # The reference scaler fits DLaaS magnitudes only: a synthetic fleet scaled with it lies tens of standard
 # deviations out and a fresh CRBM trained on that diverges, so the fallback fleet gets its own scaler.
 HAVE_REFERENCE = Path(REFERENCE).is_file()
-reference_model = None
+reference_model = reference_dir = None
 if HAVE_REFERENCE and USE_SAMPLE:
-    from ai4dl.reference import import_reference
-
-    reference_model = import_reference(REFERENCE)
-    reference_dir = save_version(reference_model, MODELS, "reference")
-    print(f"reference model {reference_model.model_id} -> {reference_dir}")
+    imported = stages.import_reference_model(cfg, spark, path=REFERENCE)
+    reference_model, reference_dir = imported.details["model"], imported.details["path"]
 else:
     why = "no DLaaS sample" if HAVE_REFERENCE else f"{REFERENCE} not found"
     print(f"reference model not used ({why}): silver gets a scaler fitted on the training containers")
 
-pipeline.log(spark, cfg, "window", run_window(spark, cfg, reference_model.scaler if reference_model else None))
+print(stages.window(cfg, spark, scaler_from_model=reference_dir))
 
 # COMMAND ----------
 
@@ -147,11 +137,8 @@ pipeline.log(spark, cfg, "window", run_window(spark, cfg, reference_model.scaler
 
 # COMMAND ----------
 
-from ai4dl import lake
-from ai4dl.labelling import label, run_label
-
 if reference_model is not None:
-    pipeline.log(spark, cfg, "label", run_label(spark, cfg, reference_model))
+    print(stages.label(cfg, spark, model=reference_dir))
 
 # COMMAND ----------
 
@@ -164,16 +151,14 @@ if reference_model is not None:
 
 # COMMAND ----------
 
-from ai4dl.clustering import adjusted_rand_index, contingency
-from ai4dl.training import run_train
+from ai4dl.method.clustering import adjusted_rand_index, contingency
 
-fresh_model, fresh_dir, train_report = run_train(spark, cfg)
-pipeline.save_json(Path(REPORT_DIR) / "train_report.json", {"model": fresh_dir, **train_report})
+trained = stages.train(cfg, spark)
+fresh_model, fresh_dir = trained.details["model"], trained.details["path"]
 
-silver = lake.read(spark, cfg, "silver")
-fresh_phases = label(silver, fresh_model).select("pod_id", "ts", "phase")
+fresh_phases = fresh_model.transform(lake.read("silver")).select("pod_id", "ts", "phase")
 if reference_model is not None:
-    ref_phases = lake.read(spark, cfg, "phases").select("pod_id", "ts", "phase")
+    ref_phases = lake.read("phases").select("pod_id", "ts", "phase")
     both = ref_phases.withColumnRenamed("phase", "reference").join(fresh_phases.withColumnRenamed("phase", "fresh"), ["pod_id", "ts"])
     table, fresh_ids, ref_ids = contingency(both, predicted="fresh", truth="reference")
     MODEL_ARI = adjusted_rand_index(table)
@@ -182,7 +167,7 @@ if reference_model is not None:
     print(table)
 else:  # no reference: the fresh model is the one the rest of the notebook uses
     MODEL_ARI = None
-    pipeline.log(spark, cfg, "label", run_label(spark, cfg, fresh_model))
+    print(stages.label(cfg, spark, model=fresh_dir))
 
 # COMMAND ----------
 
@@ -194,7 +179,7 @@ else:  # no reference: the fresh model is the one the rest of the notebook uses
 
 # COMMAND ----------
 
-behaviour_result = pipeline.run_behaviour(spark, cfg)
+behaviour_result = stages.behaviour(cfg, spark).details
 
 # COMMAND ----------
 
@@ -232,7 +217,7 @@ print(transitions_pdf.to_string(index=False))
 
 # COMMAND ----------
 
-policy_summary = pipeline.run_policies(spark, cfg)
+policy_summary = stages.policies(cfg, spark).details["summary"]
 
 # COMMAND ----------
 
@@ -243,8 +228,7 @@ policy_summary = pipeline.run_policies(spark, cfg)
 
 # COMMAND ----------
 
-report_path = pipeline.run_report(spark, cfg)
-print(f"report: {report_path}")
+report_path = stages.report(cfg, spark).details["path"]
 
 
 def _show_images(paths):

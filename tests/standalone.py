@@ -162,15 +162,10 @@ def driver_command(master_url: str, lake: Path, models: Path, sample: Path, refe
 
 
 def drive(master_url: str, lake: str, models: str, sample: str, reference_model: str) -> dict:
-    """One Spark application on ``master_url``: the stages ``ai4dl`` runs, through the library functions."""
-    from ai4dl import pipeline
+    """One Spark application on ``master_url``: the stages ``ai4dl`` runs, through the stage layer."""
+    from ai4dl import stages
     from ai4dl.config import load_config
-    from ai4dl.ingest import ingest
-    from ai4dl.labelling import run_label
-    from ai4dl.model import load, save_version
-    from ai4dl.reference import import_reference
-    from ai4dl.session import get_spark
-    from ai4dl.windowing import run_window
+    from ai4dl.lake.session import get_spark
 
     cfg = load_config(
         None,
@@ -187,16 +182,15 @@ def drive(master_url: str, lake: str, models: str, sample: str, reference_model:
             f"report.dir={Path(lake).parent / 'report'}",
         ],
     )
-    model_dir = save_version(import_reference(reference_model), cfg["lake"]["models"], "reference")
     spark = get_spark(cfg)
     sc = spark.sparkContext
     # Executors register asynchronously; make sure the work below runs on one, not only the driver.
     executors = _wait_for_executors(sc, timeout=60.0)
-    result = ingest(spark, cfg, sample)
-    model = load(model_dir)
-    windows = run_window(spark, cfg, scaler=model.scaler)
-    labelled = run_label(spark, cfg, model)
-    pipeline.run_policies(spark, cfg)
+    model_dir = stages.import_reference_model(cfg, spark, path=reference_model).details["path"]
+    result = stages.ingest(cfg, spark, input=sample).details["result"]
+    windows = stages.window(cfg, spark, scaler_from_model=model_dir).written
+    labelled = stages.label(cfg, spark, model=model_dir).written
+    stages.policies(cfg, spark)
     # The Python the executors' tasks run: the venv's (PYSPARK_PYTHON), not whatever python3 is on the PATH.
     task_pythons = sorted(set(sc.parallelize(range(4), 2).map(lambda _: sys.prefix).collect()))
     out = {

@@ -14,11 +14,9 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ai4dl import lake as lk
-from ai4dl.ingest import IngestError, ingest, validate
-from ai4dl.schema import METRICS
-from tests.conftest import REFERENCE_MODEL, require_shared
-from tests.test_ingest import GOOD, HEADER, row, write_csv
+from ai4dl.errors import InputError
+from ai4dl.traces.ingest import ingest, validate
+from ai4dl.lake.columns import METRICS, source_name
 
 
 def _one_line(exc: BaseException) -> str:
@@ -27,138 +25,132 @@ def _one_line(exc: BaseException) -> str:
     return text
 
 
-def _bronze(spark, cfg):
-    return lk.read(spark, cfg, "bronze")
-
-
-def _quarantine(spark, cfg):
-    return lk.read(spark, cfg, "quarantine")
 
 
 # --- files that cannot be read at all ---------------------------------------------------------------------
 
 
-def test_empty_file_is_a_one_line_error(spark, lake, tmp_path):
+def test_empty_file_is_a_one_line_error(cfg, spark, lake, tmp_path):
     path = tmp_path / "empty.csv"
     path.write_bytes(b"")
-    with pytest.raises(IngestError) as info:
-        ingest(spark, lake, str(path))
+    with pytest.raises(InputError) as info:
+        ingest(lake, cfg.ingest, str(path))
     assert _one_line(info.value) == f"{path}: empty input (no header)"
 
 
-def test_missing_path_is_a_one_line_error(spark, lake, tmp_path):
-    with pytest.raises(IngestError) as info:
-        ingest(spark, lake, str(tmp_path / "nowhere.csv"))
+def test_missing_path_is_a_one_line_error(cfg, spark, lake, tmp_path):
+    with pytest.raises(InputError) as info:
+        ingest(lake, cfg.ingest, str(tmp_path / "nowhere.csv"))
     assert _one_line(info.value).endswith("nowhere.csv: no such input")
 
 
-def test_cli_turns_an_ingest_error_into_one_line(spark, lake, tmp_path, capsys):
+def test_cli_turns_an_ingest_error_into_one_line(spark, cfg, tmp_path, capsys):
     from ai4dl.cli import main
 
     path = tmp_path / "empty.csv"
     path.write_bytes(b"")
-    code = main(["ingest", str(path), "--set", f"lake.root={lake['lake']['root']}"])
+    code = main(["ingest", str(path), "--set", f"lake.root={cfg.lake.root}"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1
+    assert code == 2
     assert err == [f"ai4dl ingest: {path}: empty input (no header)"]
 
 
-def test_header_only_ingests_zero_rows(spark, lake, tmp_path):
-    result = ingest(spark, lake, write_csv(tmp_path / "header.csv", []))
+def test_header_only_ingests_zero_rows(cfg, export, spark, lake, tmp_path):
+    result = ingest(lake, cfg.ingest, export.write(tmp_path / "header.csv", []))
     assert (result.read, result.valid, result.inserted, result.quarantined) == (0, 0, 0, 0)
-    assert _bronze(spark, lake).count() == 0
+    assert lake.read("bronze").count() == 0
 
 
-def test_wrong_delimiter_names_file_columns_and_the_fix(spark, lake, tmp_path):
+def test_wrong_delimiter_names_file_columns_and_the_fix(cfg, export, spark, lake, tmp_path):
     path = tmp_path / "semi.csv"
-    path.write_text(";".join(HEADER) + "\n" + ";".join(GOOD) + "\n")
-    with pytest.raises(IngestError) as info:
-        ingest(spark, lake, str(path))
+    path.write_text(";".join(export.HEADER) + "\n" + ";".join(export.GOOD) + "\n")
+    with pytest.raises(InputError) as info:
+        ingest(lake, cfg.ingest, str(path))
     msg = _one_line(info.value)
     assert msg.startswith(f"{path}: missing column(s) 'pod.id'")
     assert "--set ingest.delimiter=';'" in msg
-    fixed = {**lake, "ingest": {**lake["ingest"], "delimiter": ";"}}
-    assert ingest(spark, fixed, str(path)).inserted == 1
+    fixed = cfg.replace(ingest={"delimiter": ";"})
+    assert ingest(lake, fixed.ingest, str(path)).inserted == 1
 
 
-def test_missing_column_names_file_and_column(spark, lake, tmp_path):
-    header = [h for h in HEADER if h != "pod.id"]
-    path = write_csv(tmp_path / "nopod.csv", [[v for h, v in zip(HEADER, GOOD) if h != "pod.id"]], header=header)
-    with pytest.raises(IngestError) as info:
-        ingest(spark, lake, path)
+def test_missing_column_names_file_and_column(cfg, export, spark, lake, tmp_path):
+    header = [h for h in export.HEADER if h != "pod.id"]
+    path = export.write(tmp_path / "nopod.csv", [[v for h, v in zip(export.HEADER, export.GOOD) if h != "pod.id"]], header=header)
+    with pytest.raises(InputError) as info:
+        ingest(lake, cfg.ingest, path)
     assert _one_line(info.value).startswith(f"{path}: missing column(s) 'pod.id';")
 
 
-def test_renamed_columns_map_through_config(spark, lake, tmp_path):
+def test_renamed_columns_map_through_config(cfg, export, spark, lake, tmp_path):
     renames = {"timestamp": "time", "pod.id": "container", "mem.current": "memory_bytes"}
-    header = [renames.get(h, h) for h in HEADER]
-    cfg = {**lake, "ingest": {**lake["ingest"], "columns": {"time": "ts", "container": "pod_id", "memory_bytes": "mem_current"}}}
-    result = ingest(spark, cfg, write_csv(tmp_path / "renamed.csv", [row(), row(timestamp="1565962230")], header=header))
+    header = [renames.get(h, h) for h in export.HEADER]
+    renamed = cfg.replace(ingest={"columns": {"time": "ts", "container": "pod_id", "memory_bytes": "mem_current"}})
+    result = ingest(lake, renamed.ingest, export.write(tmp_path / "renamed.csv", [export.row(), export.row(timestamp="1565962230")], header=header))
     assert (result.read, result.inserted) == (2, 2)
-    got = _bronze(spark, cfg).orderBy("ts").first()
+    got = lake.read("bronze").orderBy("ts").first()
     assert got["pod_id"] == "p1" and got["mem_current"] == 2478080.0
 
 
 # --- bad values beside good ones ---------------------------------------------------------------------------
 
 
-def test_bad_values_are_quarantined_and_good_rows_kept(spark, lake, tmp_path):
+def test_bad_values_are_quarantined_and_good_rows_kept(cfg, export, spark, lake, tmp_path):
     """Strings in numbers, NaN/inf/negative/huge values, timestamps in every format, extra column, blank service."""
-    header = [*HEADER, "node"]  # an extra column: ignored for bronze, kept in the raw JSON
+    header = [*export.HEADER, "node"]  # an extra column: ignored for bronze, kept in the raw JSON
     cases = [  # (row, expected reason or None for valid)
-        (row(pod_id="s"), None),
-        (row(pod_id="ms", timestamp="1565962220000"), None),
-        (row(pod_id="iso", timestamp="2019-08-16T13:30:20Z"), None),
-        (row(pod_id="space", timestamp="2019-08-16 13:30:20"), None),
-        (row(pod_id="huge", cpu_usage="1e300"), None),  # finite, not limit-checked: a valid (if odd) number
-        (row(pod_id="noservice", service=""), None),  # blank service -> "unknown", not a null partition
-        (row(pod_id="zero", cpu_usage="0", mem_current="0", mem_working_set="0"), None),
-        (row(pod_id="b1", cpu_usage="twelve"), "unparseable_number:cpu_usage"),
-        (row(pod_id="b2", mem_limit="NaN"), "non_finite:mem_limit"),
-        (row(pod_id="b3", cpu_usage_pct="-inf"), "non_finite:cpu_usage_pct"),
-        (row(pod_id="b4", mem_current="-1"), "negative:mem_current"),
-        (row(pod_id="b5", cpu_usage="1e400"), "non_finite:cpu_usage"),  # overflows to infinity
-        (row(pod_id="b6", mem_working_set="5e20"), "usage_above_limit:mem_working_set"),
-        (row(pod_id="b7", timestamp="1e300"), "unparseable_timestamp"),  # would overflow a long
-        (row(pod_id="b8", timestamp="inf"), "unparseable_timestamp"),
-        (row(pod_id="b9", timestamp="NaN"), "unparseable_timestamp"),
-        (row(pod_id="b10", timestamp="99999999999999999"), "unparseable_timestamp"),  # ms after year 9999
-        (row(pod_id="b11", timestamp="2019-02-30T00:00:00"), "unparseable_timestamp"),
-        (row(pod_id="b12", cpu_num_cores=""), "missing_value:cpu_num_cores"),
+        (export.row(pod_id="s"), None),
+        (export.row(pod_id="ms", timestamp="1565962220000"), None),
+        (export.row(pod_id="iso", timestamp="2019-08-16T13:30:20Z"), None),
+        (export.row(pod_id="space", timestamp="2019-08-16 13:30:20"), None),
+        (export.row(pod_id="huge", cpu_usage="1e300"), None),  # finite, not limit-checked: a valid (if odd) number
+        (export.row(pod_id="noservice", service=""), None),  # blank service -> "unknown", not a null partition
+        (export.row(pod_id="zero", cpu_usage="0", mem_current="0", mem_working_set="0"), None),
+        (export.row(pod_id="b1", cpu_usage="twelve"), "unparseable_number:cpu_usage"),
+        (export.row(pod_id="b2", mem_limit="NaN"), "non_finite:mem_limit"),
+        (export.row(pod_id="b3", cpu_usage_pct="-inf"), "non_finite:cpu_usage_pct"),
+        (export.row(pod_id="b4", mem_current="-1"), "negative:mem_current"),
+        (export.row(pod_id="b5", cpu_usage="1e400"), "non_finite:cpu_usage"),  # overflows to infinity
+        (export.row(pod_id="b6", mem_working_set="5e20"), "usage_above_limit:mem_working_set"),
+        (export.row(pod_id="b7", timestamp="1e300"), "unparseable_timestamp"),  # would overflow a long
+        (export.row(pod_id="b8", timestamp="inf"), "unparseable_timestamp"),
+        (export.row(pod_id="b9", timestamp="NaN"), "unparseable_timestamp"),
+        (export.row(pod_id="b10", timestamp="99999999999999999"), "unparseable_timestamp"),  # ms after year 9999
+        (export.row(pod_id="b11", timestamp="2019-02-30T00:00:00"), "unparseable_timestamp"),
+        (export.row(pod_id="b12", cpu_num_cores=""), "missing_value:cpu_num_cores"),
     ]
     rows = [[*r, f"node-{i}"] for i, (r, _) in enumerate(cases)]
-    path = write_csv(tmp_path / "mixed.csv", rows, header=header)
-    result = ingest(spark, lake, path)
+    path = export.write(tmp_path / "mixed.csv", rows, header=header)
+    result = ingest(lake, cfg.ingest, path)
     n_good = sum(1 for _, reason in cases if reason is None)
     assert (result.read, result.valid, result.inserted, result.quarantined) == (len(cases), n_good, n_good, len(cases) - n_good)
 
-    bronze = {r["pod_id"]: r for r in _bronze(spark, lake).collect()}
-    assert set(bronze) == {r[HEADER.index("pod.id")] for r, reason in cases if reason is None}
+    bronze = {r["pod_id"]: r for r in lake.read("bronze").collect()}
+    assert set(bronze) == {r[export.HEADER.index("pod.id")] for r, reason in cases if reason is None}
     assert bronze["s"]["ts"] == bronze["ms"]["ts"] == bronze["iso"]["ts"] == bronze["space"]["ts"]
     assert bronze["noservice"]["service"] == "unknown"
     assert bronze["huge"]["cpu_usage"] == 1e300
 
-    quarantined = {json.loads(r["raw"])["pod.id"]: r for r in _quarantine(spark, lake).collect()}
+    quarantined = {json.loads(r["raw"])["pod.id"]: r for r in lake.read("quarantine").collect()}
     for r, reason in cases:
         if reason is None:
             continue
-        pod = r[HEADER.index("pod.id")]
+        pod = r[export.HEADER.index("pod.id")]
         assert quarantined[pod]["reason"].split(";") == [reason], (pod, quarantined[pod]["reason"])
         raw = json.loads(quarantined[pod]["raw"])
         assert raw["node"].startswith("node-")  # the extra column survives in the raw row
         assert quarantined[pod]["source_file"].endswith("mixed.csv")
 
 
-def test_duplicates_and_out_of_order_rows(spark, lake, tmp_path):
-    from ai4dl.scaler import Scaler
-    from ai4dl.windowing import build_windows
+def test_duplicates_and_out_of_order_rows(cfg, export, spark, lake, tmp_path):
+    from ai4dl.method.scaler import Scaler
+    from ai4dl.method.windowing import build_windows
 
     ts = [1565962220 + 30 * i for i in range(6)]
-    rows = [row(timestamp=str(t), cpu_usage=str(100 + i)) for i, t in enumerate(ts)]
-    shuffled = [rows[i] for i in (4, 1, 5, 0, 3, 2)] + [row(timestamp=str(ts[2]), cpu_usage="999")]  # a duplicate key
-    result = ingest(spark, lake, write_csv(tmp_path / "ooo.csv", shuffled))
+    rows = [export.row(timestamp=str(t), cpu_usage=str(100 + i)) for i, t in enumerate(ts)]
+    shuffled = [rows[i] for i in (4, 1, 5, 0, 3, 2)] + [export.row(timestamp=str(ts[2]), cpu_usage="999")]  # a duplicate key
+    result = ingest(lake, cfg.ingest, export.write(tmp_path / "ooo.csv", shuffled))
     assert (result.read, result.inserted, result.duplicates) == (7, 6, 1)
-    bronze = _bronze(spark, lake)
+    bronze = lake.read("bronze")
     assert bronze.count() == bronze.select("pod_id", "ts").distinct().count() == 6
     scaler = Scaler(("cpu_usage",), (0.0,), (1.0,))
     silver = build_windows(bronze, scaler, n_history=2).orderBy("step").collect()
@@ -171,21 +163,20 @@ def test_duplicates_and_out_of_order_rows(spark, lake, tmp_path):
 # --- short containers, Unicode ids, tiny fleets -----------------------------------------------------------
 
 
-def test_unicode_ids_and_short_container_survive_ingest_window_label(spark, lake, tmp_path):
-    from ai4dl.labelling import run_label
-    from ai4dl.reference import import_reference
-    from ai4dl.windowing import run_window
+def test_unicode_ids_and_short_container_survive_ingest_window_label(cfg, export, reference_model, spark, lake, tmp_path):
+    from ai4dl import stages
 
-    model = import_reference(require_shared(REFERENCE_MODEL))
+    imported = stages.import_reference_model(cfg, spark, path=str(reference_model))
+    model, model_dir = imported.details["model"], imported.details["path"]
     n = model.n_history
     uni, short = "pod-é-日本", "short-ü"
-    rows = [row(pod_id=uni, service="svc-ß", timestamp=str(1565962220 + 30 * i), cpu_usage=str(7e8 + 1e7 * i)) for i in range(n + 4)]
-    rows += [row(pod_id=short, timestamp=str(1565962220 + 30 * i)) for i in range(n - 1)]  # fewer rows than the history
-    result = ingest(spark, lake, write_csv(tmp_path / "unicode.csv", rows))
+    rows = [export.row(pod_id=uni, service="svc-ß", timestamp=str(1565962220 + 30 * i), cpu_usage=str(7e8 + 1e7 * i)) for i in range(n + 4)]
+    rows += [export.row(pod_id=short, timestamp=str(1565962220 + 30 * i)) for i in range(n - 1)]  # fewer rows than the history
+    result = ingest(lake, cfg.ingest, export.write(tmp_path / "unicode.csv", rows))
     assert result.inserted == len(rows)
-    run_window(spark, lake, scaler=model.scaler)
-    run_label(spark, lake, model)
-    phases = lk.read(spark, lake, "phases").collect()
+    stages.window(cfg, spark, scaler_from_model=model_dir)
+    stages.label(cfg, spark, model=model_dir)
+    phases = lake.read("phases").collect()
     by_pod: dict[str, list] = {}
     for r in phases:
         by_pod.setdefault(r["pod_id"], []).append(r)
@@ -195,48 +186,46 @@ def test_unicode_ids_and_short_container_survive_ingest_window_label(spark, lake
     labelled = sorted(by_pod[uni], key=lambda r: r["step"])
     assert len(labelled) == n + 4
     assert all(r["phase"] is None for r in labelled[:n]) and all(r["phase"] is not None for r in labelled[n:])
-    silver_short = lk.read(spark, lake, "silver").where(F.col("pod_id") == short).collect()
+    silver_short = lake.read("silver").where(F.col("pod_id") == short).collect()
     assert len(silver_short) == n - 1 and not any(r["has_full_history"] for r in silver_short)
 
 
-def _small_train_config(cfg: dict) -> dict:
-    import copy
-
-    cfg = copy.deepcopy(cfg)
-    cfg["window"]["train_fraction"] = 1.0  # every container trains: the tiny fleet is all there is
-    cfg["train"].update({"epochs": 2, "k": 3, "sample_size": 200, "patience": 1, "device": "cpu"})
-    return cfg
+def _small_train_config(cfg):
+    return cfg.replace(  # every container trains: the tiny fleet is all there is
+        window={"train_fraction": 1.0},
+        train={"epochs": 2, "k": 3, "sample_size": 200, "patience": 1, "device": "cpu"},
+    )
 
 
-def test_single_row_fleet_windows_and_refuses_training_clearly(spark, lake, tmp_path):
-    from ai4dl.training import train_model
-    from ai4dl.windowing import run_window
+def test_single_row_fleet_windows_and_refuses_training_clearly(cfg, export, spark, lake, tmp_path):
+    from ai4dl import stages
 
-    cfg = _small_train_config(lake)
-    assert ingest(spark, cfg, write_csv(tmp_path / "one.csv", [row()])).inserted == 1
-    assert run_window(spark, cfg) == {"silver": 1}
-    assert lk.read(spark, cfg, "silver").first()["has_full_history"] is False
-    with pytest.raises(ValueError, match="no training windows with full history") as info:
-        train_model(spark, cfg, log=lambda *_: None)
+    cfg = _small_train_config(cfg)
+    assert ingest(lake, cfg.ingest, export.write(tmp_path / "one.csv", [export.row()])).inserted == 1
+    assert stages.window(cfg, spark).written == {"silver": 1}
+    assert lake.read("silver").first()["has_full_history"] is False
+    with pytest.raises(InputError, match="no training windows with full history") as info:
+        stages.train(cfg, spark)
     _one_line(info.value)
 
 
-def test_one_phase_fleet_is_a_clear_clustering_error(spark, lake, tmp_path):
-    from ai4dl.training import train_model
-    from ai4dl.windowing import run_window
+def test_one_phase_fleet_is_a_clear_clustering_error(cfg, export, spark, lake, tmp_path):
+    from ai4dl import stages
 
-    cfg = _small_train_config(lake)
-    rows = [row(timestamp=str(1565962220 + 30 * i)) for i in range(12)]  # identical metrics: one point
-    assert ingest(spark, cfg, write_csv(tmp_path / "flat.csv", rows)).inserted == 12
-    run_window(spark, cfg)
-    with pytest.raises(ValueError, match=r"k=3 phases requested but the activations have only 1 distinct points") as info:
-        train_model(spark, cfg, log=lambda *_: None)
-    assert type(info.value) is ValueError  # the library's error, not a Spark exception
+    cfg = _small_train_config(cfg)
+    rows = [export.row(timestamp=str(1565962220 + 30 * i)) for i in range(12)]  # identical metrics: one point
+    assert ingest(lake, cfg.ingest, export.write(tmp_path / "flat.csv", rows)).inserted == 12
+    stages.window(cfg, spark)
+    with pytest.raises(InputError, match=r"k=3 phases requested but the activations have only 1 distinct points") as info:
+        stages.train(cfg, spark)
+    assert type(info.value) is InputError  # the library's error, not a Spark exception
     _one_line(info.value)
 
 
 # --- property: validate() never loses a row and never passes a bad one -------------------------------------
 
+# The export's columns (as the DLaaS export names them), declared from the lake's own column list.
+_HEADER = ["timestamp", "service", "pod.id", *(source_name(m) for m in METRICS)]
 _SAFE_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)
 _NUMBER = st.one_of(
     st.floats(min_value=0, max_value=1e6, allow_nan=False).map(repr),
@@ -264,16 +253,16 @@ _ROW = st.fixed_dictionaries(
         "timestamp": _TIMESTAMP,
         "service": _SERVICE,
         "pod.id": _POD,
-        **{h: _NUMBER for h in HEADER if h not in ("timestamp", "service", "pod.id")},
+        **{h: _NUMBER for h in _HEADER if h not in ("timestamp", "service", "pod.id")},
     }
 )
-_SOURCE = T.StructType([T.StructField(h, T.StringType(), True) for h in HEADER])
+_SOURCE = T.StructType([T.StructField(h, T.StringType(), True) for h in _HEADER])
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(rows=st.lists(_ROW, min_size=1, max_size=50))
 def test_validate_property(spark, rows):
-    df = spark.createDataFrame([tuple(r[h] for h in HEADER) for r in rows], _SOURCE)
+    df = spark.createDataFrame([tuple(r[h] for h in _HEADER) for r in rows], _SOURCE)
     out = validate(df).collect()
     assert len(out) == len(rows)  # no row lost, none invented
     for r in out:

@@ -1,4 +1,4 @@
-"""Phase sequences, transitions, graphs, prototypes (ai4dl.behaviour) and gold phase statistics (ai4dl.phase_stats)."""
+"""Phase runs (pure and in Spark), transitions, graphs, prototypes (ai4dl.behaviour) and gold phase statistics."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from ai4dl import behaviour as B
-from ai4dl.phase_stats import ALL_SERVICES, PHASE_STATS, create_bi_views, phase_statistics
-from ai4dl.schema import PHASE_SEQUENCES, PHASES
+from ai4dl.behaviour import graph as G
+from ai4dl.behaviour import runs as R
+from ai4dl.behaviour import sequences as B
+from ai4dl.reporting import plots
+from ai4dl.behaviour.phase_stats import ALL_SERVICES, PHASE_STATS, create_bi_views, phase_statistics
+from ai4dl.lake.schema import PHASE_SEQUENCES, PHASES
 
 T0 = datetime(2024, 1, 1, 0, 0, 0)
 DT = 30  # seconds between samples
@@ -58,7 +61,7 @@ def runs_of(df):
     ],
 )
 def test_rle(seq, expected):
-    assert B.rle(seq) == expected
+    assert R.rle(seq) == expected
 
 
 @pytest.mark.parametrize(
@@ -77,14 +80,14 @@ def test_rle(seq, expected):
     ],
 )
 def test_smooth_runs(runs, min_len, expected):
-    out = B.smooth_runs(runs, min_len)
+    out = R.smooth_runs(runs, min_len)
     assert out == expected
     assert sum(n for *_, n in out) == sum(n for *_, n in runs)  # no step lost
 
 
 def test_smooth_runs_on_rle_roundtrip():
     seq = [0, 0, 0, 1, 0, 0, 2, 2, 2, 1]
-    assert B.smooth_runs(B.rle(seq), 2) == [(0, 0, 6), (2, 6, 4)]
+    assert R.smooth_runs(R.rle(seq), 2) == [(0, 0, 6), (2, 6, 4)]
 
 
 # ------------------------------------------------------------------------------------------------ Spark runs
@@ -158,7 +161,7 @@ def test_dwell_stats(ab_sequences):
 
 
 def test_transition_graph(ab_sequences):
-    g = B.transition_graph(B.transition_counts(ab_sequences).toPandas(), B.dwell_stats(ab_sequences).toPandas())
+    g = G.transition_graph(B.transition_counts(ab_sequences).toPandas(), B.dwell_stats(ab_sequences).toPandas())
     assert sorted(g.nodes) == [0, 1, 2]
     assert g.nodes[0]["runs"] == 3 and math.isclose(g.nodes[0]["mean_dwell_steps"], 4 / 3)
     assert g.nodes[1]["mean_dwell_seconds"] == 15.0
@@ -186,7 +189,7 @@ PATHS = [(0, 1, 2)] * 5 + [(0, 1)] * 3 + [(0, 2)] * 1 + [(3,)] * 1
 def test_prototype_tree_counts():
     pairs = [((0, 1, 2), 5), ((0, 1), 3), ((0, 2), 1), ((3,), 1)]
     for inp in (PATHS, pairs, dict(pairs)):
-        t = B.prototype_tree(inp)
+        t = G.prototype_tree(inp)
         assert t.nodes["root"]["count"] == 10 and t.nodes["root"]["depth"] == 0
         assert t.nodes["root/0"]["count"] == 9
         assert t.nodes["root/0/1"] == {"phase": 1, "depth": 2, "count": 8, "ends": 3}
@@ -196,42 +199,42 @@ def test_prototype_tree_counts():
             child = sum(t.nodes[c]["count"] for c in t.successors(n))
             assert child <= t.nodes[n]["count"]
             assert t.nodes[n]["count"] == child + t.nodes[n]["ends"]
-    shallow = B.prototype_tree(pairs, max_depth=1)
+    shallow = G.prototype_tree(pairs, max_depth=1)
     assert max(d["depth"] for _, d in shallow.nodes(data=True)) == 1
     assert shallow.nodes["root/0"]["ends"] == 9
 
 
 def test_top_prototypes():
-    top = B.top_prototypes(PATHS, n=2)
+    top = G.top_prototypes(PATHS, n=2)
     assert top == [((0, 1, 2), 5, 0.5), ((0, 1), 3, 0.3)]
-    assert math.isclose(B.coverage(top), 0.8)
-    allp = B.top_prototypes(PATHS, n=10)
-    assert len(allp) == 4 and math.isclose(B.coverage(allp), 1.0)
+    assert math.isclose(G.coverage(top), 0.8)
+    allp = G.top_prototypes(PATHS, n=10)
+    assert len(allp) == 4 and math.isclose(G.coverage(allp), 1.0)
     assert [p.path for p in allp[2:]] == [(0, 2), (3,)]  # ties broken by path
-    assert B.top_prototypes([], n=3) == []
+    assert G.top_prototypes([], n=3) == []
 
 
 # ------------------------------------------------------------------------------------------------ export
 
 
 def test_write_and_draw_graph(tmp_path, ab_sequences):
-    g = B.transition_graph(B.transition_counts(ab_sequences).toPandas(), B.dwell_stats(ab_sequences).toPandas())
-    graphml, js = B.write_graph(g, tmp_path / "out" / "transitions")
+    g = G.transition_graph(B.transition_counts(ab_sequences).toPandas(), B.dwell_stats(ab_sequences).toPandas())
+    graphml, js = G.write_graph(g, tmp_path / "out" / "transitions")
     back = nx.read_graphml(graphml, node_type=int)
     assert sorted(back.edges) == sorted(g.edges)
     assert back.edges[0, 1]["count"] == 2 and back.edges[0, 1]["probability"] == 1.0
     assert math.isclose(back.nodes[0]["mean_dwell_steps"], 4 / 3)
     data = json.loads(js.read_text())
     assert {n["id"] for n in data["nodes"]} == {0, 1, 2}
-    assert sorted(B.read_graph_json(js).edges) == sorted(g.edges)
+    assert sorted(G.read_graph_json(js).edges) == sorted(g.edges)
 
-    png = B.draw_graph(g, tmp_path / "out" / "transitions.png")
+    png = plots.draw_graph(g, tmp_path / "out" / "transitions.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1024
 
-    tree = B.prototype_tree(PATHS)
-    tml, tjs = B.write_graph(tree, tmp_path / "tree")
+    tree = G.prototype_tree(PATHS)
+    tml, tjs = G.write_graph(tree, tmp_path / "tree")
     assert nx.read_graphml(tml).nodes["root/0/1"]["count"] == 8
-    assert B.draw_graph(tree, tmp_path / "tree.png").stat().st_size > 1024
+    assert plots.draw_graph(tree, tmp_path / "tree.png").stat().st_size > 1024
 
 
 # ------------------------------------------------------------------------------------------------ phase stats

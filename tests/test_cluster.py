@@ -16,13 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ai4dl import pipeline
-from ai4dl.ingest import ingest
-from ai4dl.labelling import run_label
-from ai4dl.model import save_version
-from ai4dl.reference import import_reference
-from ai4dl.windowing import run_window
-from tests.conftest import DLAAS_SAMPLE, REFERENCE_MODEL, ROOT, require_shared
+from ai4dl import stages
 from tests.standalone import RESULT_PREFIX, StandaloneCluster, driver_command, kill_group
 
 pytestmark = pytest.mark.cluster
@@ -40,11 +34,11 @@ def cluster(tmp_path):
         c.stop()
 
 
-def _start_driver(cluster: StandaloneCluster, lake, models, sample, reference) -> subprocess.Popen:
+def _start_driver(cluster: StandaloneCluster, lake, models, sample, reference, cwd) -> subprocess.Popen:
     log = open(cluster.base / "driver.log", "w")
     cmd = driver_command(cluster.master_url, lake, models, sample, reference)
     try:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=ROOT, start_new_session=True)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=cwd, start_new_session=True)
     finally:
         log.close()  # the child holds its own descriptor
 
@@ -72,28 +66,25 @@ def _completed_app(cluster: StandaloneCluster, app_id: str, timeout: float = 30.
     return next(a for a in state["completedapps"] if a["id"] == app_id)
 
 
-def _local_run(spark, lake_cfg) -> None:
+def _local_run(spark, cfg, sample, reference) -> None:
     """The same stages in-process, local[2], as tests/test_reference.py runs them."""
-    model = import_reference(REFERENCE_MODEL)
-    save_version(model, lake_cfg["lake"]["models"], "reference")
-    ingest(spark, lake_cfg, str(DLAAS_SAMPLE))
-    run_window(spark, lake_cfg, scaler=model.scaler)
-    run_label(spark, lake_cfg, model)
-    pipeline.run_policies(spark, lake_cfg)
+    model_dir = stages.import_reference_model(cfg, spark, path=str(reference)).details["path"]
+    stages.ingest(cfg, spark, input=str(sample))
+    stages.window(cfg, spark, scaler_from_model=model_dir)
+    stages.label(cfg, spark, model=model_dir)
+    stages.policies(cfg, spark)
 
 
 def _table(spark, root, rel: str) -> pd.DataFrame:
     return spark.read.format("delta").load(f"{root}/{rel}").toPandas()
 
 
-def test_pipeline_on_standalone_cluster_matches_local(spark, lake, cluster, tmp_path):
-    require_shared(DLAAS_SAMPLE)
-    require_shared(REFERENCE_MODEL)
+def test_pipeline_on_standalone_cluster_matches_local(dlaas_sample, reference_model, project_root, spark, cfg, cluster, tmp_path):
     t0 = time.time()
     cluster_lake, cluster_models = tmp_path / "cluster_lake", tmp_path / "cluster_models"
-    driver = _start_driver(cluster, cluster_lake, cluster_models, DLAAS_SAMPLE, REFERENCE_MODEL)
+    driver = _start_driver(cluster, cluster_lake, cluster_models, dlaas_sample, reference_model, project_root)
     try:
-        _local_run(spark, lake)  # in-process local[2] meanwhile: the two applications overlap
+        _local_run(spark, cfg, dlaas_sample, reference_model)  # in-process local[2] meanwhile: the two applications overlap
     except BaseException:
         kill_group(driver)
         raise
@@ -111,7 +102,7 @@ def test_pipeline_on_standalone_cluster_matches_local(spark, lake, cluster, tmp_
     assert any("Finished task" in p.read_text(errors="replace") for p in executor_logs), cluster.log_text()
     assert out["inserted"] > 0 and out["labelled"]
 
-    local_root, cluster_root = lake["lake"]["root"], str(cluster_lake)
+    local_root, cluster_root = cfg.lake.root, str(cluster_lake)
 
     # phases: same phase per step, distances equal up to float noise
     key = ["pod_id", "step"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from ai4dl.crbm import CRBM, CRBMWeights, encode, train_crbm
+from ai4dl.method.crbm import CRBM, CRBMWeights, encode, train_crbm
 
 V, H, N, ROWS = 3, 2, 2, 5
 
@@ -152,7 +152,7 @@ def test_encode_is_stable_for_extreme_inputs():
 def test_encode_needs_no_torch():
     code = (
         "import sys, numpy as np\n"
-        "from ai4dl.crbm import CRBMWeights, encode\n"
+        "from ai4dl.method.crbm import CRBMWeights, encode\n"
         "w = CRBMWeights(W=np.ones((2, 1)), B=np.ones((2, 3)), A=np.ones((1, 3)), v_bias=np.zeros(1), h_bias=np.zeros(2))\n"
         "encode(w, np.ones((4, 1)), np.ones((4, 3)))\n"
         "assert 'torch' not in sys.modules\n"

@@ -2,42 +2,18 @@
 
 from __future__ import annotations
 
-import csv
-from pathlib import Path
-
 import pytest
 
-from ai4dl import lake
-from ai4dl.ingest import IngestError, ingest
-from ai4dl.schema import BRONZE, QUARANTINE
-from tests.conftest import DLAAS_SAMPLE, require_shared
+from ai4dl.errors import InputError
+from ai4dl.traces.ingest import ingest
+from ai4dl.lake.schema import BRONZE, QUARANTINE
+from ai4dl.lake.tables import Lake
 
-HEADER = [
-    "timestamp", "service", "pod.id", "cpu.num.cores", "cpu.usage", "cpu.usage.cores", "cpu.usage.pct",
-    "cpu.usage.pct.container.requested", "mem.current", "mem.limit", "mem.usage.pct", "mem.working.set",
-]
-GOOD = ["1565962220", "svc", "p1", "4", "756911788", "0.041", "1.03", "1", "2478080", "5242880000", "0.05", "2478080"]
-
-
-def write_csv(path: Path, rows: list[list[str]], header: list[str] = HEADER) -> str:
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-    return str(path)
-
-
-def row(**changes: str) -> list[str]:
-    r = dict(zip(HEADER, GOOD))
-    r.update({k.replace("_", "."): v for k, v in changes.items()})
-    return [r[h] for h in HEADER]
-
-
-def test_dlaas_sample_ingests_every_row(spark, lake):
-    sample = str(require_shared(DLAAS_SAMPLE))
-    result = ingest(spark, lake, sample)
+def test_dlaas_sample_ingests_every_row(cfg, dlaas_sample, spark, lake):
+    sample = str(dlaas_sample)
+    result = ingest(lake, cfg.ingest, sample)
     assert (result.read, result.valid, result.inserted, result.quarantined) == (204, 204, 204, 0)
-    bronze = lake_read(spark, lake, "bronze")
+    bronze = lake.read("bronze")
     assert bronze.schema == BRONZE
     assert bronze.count() == 204
     assert bronze.select("pod_id").distinct().count() == 4
@@ -46,35 +22,35 @@ def test_dlaas_sample_ingests_every_row(spark, lake):
     assert first["mem_limit"] == 5242880000.0
 
 
-def test_reingest_is_idempotent(spark, lake):
-    sample = str(require_shared(DLAAS_SAMPLE))
-    ingest(spark, lake, sample)
-    again = ingest(spark, lake, sample)
+def test_reingest_is_idempotent(cfg, dlaas_sample, spark, lake):
+    sample = str(dlaas_sample)
+    ingest(lake, cfg.ingest, sample)
+    again = ingest(lake, cfg.ingest, sample)
     assert again.inserted == 0 and again.valid == 204
-    assert lake_read(spark, lake, "bronze").count() == 204
-    assert lake_read(spark, lake, "quarantine").count() == 0
+    assert lake.read("bronze").count() == 204
+    assert lake.read("quarantine").count() == 0
 
 
-BAD_ROWS = {
-    "missing_id": row(pod_id=""),
-    "missing_timestamp": row(timestamp="", pod_id="p2"),
-    "unparseable_timestamp": row(timestamp="yesterday", pod_id="p3"),
-    "unparseable_number:cpu_usage": row(cpu_usage="12abc", pod_id="p4"),
-    "missing_value:mem_current": row(mem_current="", pod_id="p5"),
-    "non_finite:cpu_usage_cores": row(cpu_usage_cores="NaN", pod_id="p6"),
-    "non_finite:mem_working_set": row(mem_working_set="inf", pod_id="p7"),
-    "negative:cpu_usage": row(cpu_usage="-5", pod_id="p8"),
-    "usage_above_limit:mem_current": row(mem_current="524288000000", pod_id="p9"),
-    "usage_above_limit:cpu_usage_cores": row(cpu_usage_cores="400", pod_id="p10"),
+BAD_ROWS = {  # reason -> the change to the good row that causes it
+    "missing_id": dict(pod_id=""),
+    "missing_timestamp": dict(timestamp="", pod_id="p2"),
+    "unparseable_timestamp": dict(timestamp="yesterday", pod_id="p3"),
+    "unparseable_number:cpu_usage": dict(cpu_usage="12abc", pod_id="p4"),
+    "missing_value:mem_current": dict(mem_current="", pod_id="p5"),
+    "non_finite:cpu_usage_cores": dict(cpu_usage_cores="NaN", pod_id="p6"),
+    "non_finite:mem_working_set": dict(mem_working_set="inf", pod_id="p7"),
+    "negative:cpu_usage": dict(cpu_usage="-5", pod_id="p8"),
+    "usage_above_limit:mem_current": dict(mem_current="524288000000", pod_id="p9"),
+    "usage_above_limit:cpu_usage_cores": dict(cpu_usage_cores="400", pod_id="p10"),
 }
 
 
-def test_each_quarantine_reason(spark, lake, tmp_path):
-    good = [row(), row(timestamp="1565962230")]
-    path = write_csv(tmp_path / "in.csv", [good[0], *BAD_ROWS.values(), good[1]])
-    result = ingest(spark, lake, path)
+def test_each_quarantine_reason(cfg, export, spark, lake, tmp_path):
+    good = [export.row(), export.row(timestamp="1565962230")]
+    path = export.write(tmp_path / "in.csv", [good[0], *(export.row(**changes) for changes in BAD_ROWS.values()), good[1]])
+    result = ingest(lake, cfg.ingest, path)
     assert (result.read, result.valid, result.quarantined) == (2 + len(BAD_ROWS), 2, len(BAD_ROWS))
-    q = lake_read(spark, lake, "quarantine")
+    q = lake.read("quarantine")
     assert q.schema == QUARANTINE
     got = q.collect()
     assert len(got) == len(BAD_ROWS)
@@ -83,55 +59,50 @@ def test_each_quarantine_reason(spark, lake, tmp_path):
         assert len(match) == 1, (reason, [r["reason"] for r in got])
         assert match[0]["source_file"].endswith("in.csv") and match[0]["occurrences"] == 1
         assert '"pod.id":' in match[0]["raw"]  # the raw row, with its source names, nulls included
-    assert lake_read(spark, lake, "bronze").count() == 2
+    assert lake.read("bronze").count() == 2
     # rerun: neither table grows
-    again = ingest(spark, lake, path)
+    again = ingest(lake, cfg.ingest, path)
     assert again.inserted == 0
-    assert lake_read(spark, lake, "quarantine").count() == len(BAD_ROWS)
-    assert lake_read(spark, lake, "bronze").count() == 2
+    assert lake.read("quarantine").count() == len(BAD_ROWS)
+    assert lake.read("bronze").count() == 2
 
 
-def test_duplicates_keep_one_row_deterministically(spark, lake, tmp_path):
-    a = row(cpu_usage="100")
-    b = row(cpu_usage="200")
-    r1 = ingest(spark, lake, write_csv(tmp_path / "one.csv", [a, b, a]))
-    kept1 = lake_read(spark, lake, "bronze").first()["cpu_usage"]
+def test_duplicates_keep_one_row_deterministically(cfg, export, spark, lake, tmp_path):
+    a = export.row(cpu_usage="100")
+    b = export.row(cpu_usage="200")
+    r1 = ingest(lake, cfg.ingest, export.write(tmp_path / "one.csv", [a, b, a]))
+    kept1 = lake.read("bronze").first()["cpu_usage"]
     assert (r1.valid, r1.duplicates, r1.quarantined) == (1, 2, 2)
-    other = dict(lake)
-    other["lake"] = {**lake["lake"], "root": str(tmp_path / "lake2")}
-    ingest(spark, other, write_csv(tmp_path / "two.csv", [b, a, a]))
-    assert lake_read(spark, other, "bronze").first()["cpu_usage"] == kept1
-    reasons = [r["reason"] for r in lake_read(spark, lake, "quarantine").collect()]
+    other = Lake(spark, str(tmp_path / "lake2"))
+    ingest(other, cfg.ingest, export.write(tmp_path / "two.csv", [b, a, a]))
+    assert other.read("bronze").first()["cpu_usage"] == kept1
+    reasons = [r["reason"] for r in lake.read("quarantine").collect()]
     assert set(reasons) == {"duplicate_key"}
 
 
-def test_timestamps_in_seconds_millis_and_iso(spark, lake, tmp_path):
-    rows = [row(timestamp="1565962220", pod_id="s"), row(timestamp="1565962220000", pod_id="ms"),
-            row(timestamp="2019-08-16T13:30:20Z", pod_id="iso")]
-    ingest(spark, lake, write_csv(tmp_path / "ts.csv", rows))
-    ts = {r["pod_id"]: r["ts"] for r in lake_read(spark, lake, "bronze").collect()}
+def test_timestamps_in_seconds_millis_and_iso(cfg, export, spark, lake, tmp_path):
+    rows = [export.row(timestamp="1565962220", pod_id="s"), export.row(timestamp="1565962220000", pod_id="ms"),
+            export.row(timestamp="2019-08-16T13:30:20Z", pod_id="iso")]
+    ingest(lake, cfg.ingest, export.write(tmp_path / "ts.csv", rows))
+    ts = {r["pod_id"]: r["ts"] for r in lake.read("bronze").collect()}
     assert ts["s"] == ts["ms"] == ts["iso"]
 
 
-def test_renamed_columns_through_config(spark, lake, tmp_path):
-    header = ["time"] + HEADER[1:]
-    cfg = {**lake, "ingest": {**lake["ingest"], "columns": {"time": "ts"}}}
-    result = ingest(spark, cfg, write_csv(tmp_path / "r.csv", [row()], header=header))
+def test_renamed_columns_through_config(cfg, export, spark, lake, tmp_path):
+    header = ["time"] + export.HEADER[1:]
+    renamed = cfg.replace(ingest={"columns": {"time": "ts"}})
+    result = ingest(lake, renamed.ingest, export.write(tmp_path / "r.csv", [export.row()], header=header))
     assert result.inserted == 1
 
 
-def test_missing_column_is_a_clear_error(spark, lake, tmp_path):
-    header = [h for h in HEADER if h != "mem.limit"]
-    path = write_csv(tmp_path / "m.csv", [[v for h, v in zip(HEADER, GOOD) if h != "mem.limit"]], header=header)
-    with pytest.raises(IngestError, match=r"m\.csv: missing column\(s\) 'mem.limit'"):
-        ingest(spark, lake, path)
+def test_missing_column_is_a_clear_error(cfg, export, spark, lake, tmp_path):
+    header = [h for h in export.HEADER if h != "mem.limit"]
+    path = export.write(tmp_path / "m.csv", [[v for h, v in zip(export.HEADER, export.GOOD) if h != "mem.limit"]], header=header)
+    with pytest.raises(InputError, match=r"m\.csv: missing column\(s\) 'mem.limit'"):
+        ingest(lake, cfg.ingest, path)
 
 
-def test_parquet_input(spark, lake, tmp_path):
-    src = spark.read.option("header", True).option("inferSchema", True).csv(str(require_shared(DLAAS_SAMPLE)))
+def test_parquet_input(cfg, dlaas_sample, spark, lake, tmp_path):
+    src = spark.read.option("header", True).option("inferSchema", True).csv(str(dlaas_sample))
     src.write.parquet(str(tmp_path / "pq"))
-    assert ingest(spark, lake, str(tmp_path / "pq"), fmt="parquet").inserted == 204
-
-
-def lake_read(spark, cfg, name):
-    return lake.read(spark, cfg, name)
+    assert ingest(lake, cfg.ingest, str(tmp_path / "pq"), fmt="parquet").inserted == 204

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from ai4dl.crbm import CRBMWeights
-from ai4dl.labelling import assign, check_compatible
-from ai4dl.model import ModelError, PhaseModel, latest_version, load, save, save_version, versions
-from ai4dl.scaler import Scaler
+from ai4dl.method.crbm import CRBMWeights
+from ai4dl.method.labelling import assign, check_compatible
+from ai4dl.method.model import ModelError, PhaseModel, latest_version, load, save, save_version, versions
+from ai4dl.method.scaler import Scaler
 
 FEATURES = ("cpu_usage_cores", "mem_current", "mem_working_set")
 

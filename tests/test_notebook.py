@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import runpy
+from pathlib import Path
 
-import pytest
-
-from tests.conftest import DLAAS_SAMPLE, REFERENCE_MODEL, ROOT, require_shared
-
-NOTEBOOK = ROOT / "notebooks" / "ai4dl_walkthrough.py"
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "ai4dl_walkthrough.py"
 SEPARATOR = "# COMMAND ----------"
 
 
@@ -39,15 +36,13 @@ def test_notebook_cell_format():
     compile(text, str(NOTEBOOK), "exec")  # a Databricks source file is valid Python
 
 
-def test_notebook_runs_on_dlaas_sample(spark, tmp_path, monkeypatch):
-    sample = require_shared(DLAAS_SAMPLE)
-    reference = require_shared(REFERENCE_MODEL)
+def test_notebook_runs_on_dlaas_sample(dlaas_sample, reference_model, spark, tmp_path, monkeypatch):
     env = {
         "AI4DL_LAKE_ROOT": tmp_path / "lake",
         "AI4DL_MODELS": tmp_path / "models",
         "AI4DL_REPORT_DIR": tmp_path / "report",
-        "AI4DL_SAMPLE": sample,
-        "AI4DL_REFERENCE_MODEL": reference,
+        "AI4DL_SAMPLE": dlaas_sample,
+        "AI4DL_REFERENCE_MODEL": reference_model,
         "AI4DL_EPOCHS": 3,
     }
     for key, value in env.items():

@@ -2,48 +2,54 @@
 
 from __future__ import annotations
 
-import copy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from ai4dl import lake as lk
-from ai4dl.clustering import adjusted_rand_index, fit_centers
-from ai4dl.ingest import ingest
-from ai4dl.labelling import label_arrays, run_label
-from ai4dl.model import ModelError, PhaseModel
-from ai4dl.synthetic import generate_fleet, write_fleet
-from ai4dl.training import refine_model, train_model
-from ai4dl.windowing import run_window
+from ai4dl import stages
+from ai4dl.errors import InputError
+from ai4dl.lake.tables import Lake
+from ai4dl.method.clustering import adjusted_rand_index, fit_centers
+from ai4dl.method.labelling import label_arrays
+from ai4dl.method.model import ModelError, PhaseModel
+from ai4dl.method.training import PhaseEstimator, refine
+from ai4dl.method.windowing import silver_scaler
+from ai4dl.traces.synthetic import generate_fleet, write_fleet
 
 
 @pytest.fixture(scope="module")
 def fleet(spark, test_config, tmp_path_factory):
+    """16 generated containers ingested, windowed, trained on and labelled through the stages."""
     root = tmp_path_factory.mktemp("fleet")
-    cfg = copy.deepcopy(test_config)
-    cfg["lake"].update(root=str(root / "lake"), models=str(root / "models"))
-    cfg["train"].update(epochs=6, sample_size=3000, max_per_container=200, k=4, batch_size=64)
+    cfg = test_config.replace(
+        lake={"root": str(root / "lake"), "models": str(root / "models")},
+        report={"dir": str(root / "report")},
+        train={"epochs": 6, "sample_size": 3000, "max_per_container": 200, "k": 4, "batch_size": 64},
+    )
     write_fleet(generate_fleet(spark, 16, 150, seed=3, partitions=2), str(root / "raw"), "parquet")
-    ingest(spark, cfg, str(root / "raw"), fmt="parquet")
-    run_window(spark, cfg)
-    model, report = train_model(spark, cfg, log=lambda *_: None)
-    run_label(spark, cfg, model)
-    return cfg, model, report
+    stages.ingest(cfg, spark, input=str(root / "raw"), fmt="parquet")
+    stages.window(cfg, spark)
+    trained = stages.train(cfg, spark)
+    stages.label(cfg, spark)
+    return SimpleNamespace(cfg=cfg, lake=Lake.for_config(spark, cfg), model=trained.details["model"],
+                           report=trained.details["report"], model_dir=trained.details["path"])
 
 
 def test_training_report_and_quality(fleet):
-    _, model, report = fleet
+    model, report = fleet.model, fleet.report
     assert model.k == 4 and model.crbm.n_hidden == 10 and model.n_history == 3
     assert 0 < report["crbm_windows"] <= 3000
-    assert "holdout_ari" in report and -1.0 <= report["holdout_ari"] <= 1.0
+    assert "holdout_ari" in report and report["holdout_steps"] > 0
     assert model.info["training_data"]["containers"] > 0
+    assert model.info["params"]["train"] == {**fleet.cfg.to_dict()["train"]}  # the whole training section
 
 
 def test_udf_encoding_equals_driver_encoding(spark, fleet):
-    cfg, model, _ = fleet
-    silver = lk.read(spark, cfg, "silver").where("has_full_history").orderBy("pod_id", "step").limit(300).toPandas()
-    phases = lk.read(spark, cfg, "phases").where("phase is not null").toPandas().set_index(["pod_id", "step"])
+    lake, model = fleet.lake, fleet.model
+    silver = lake.read("silver").where("has_full_history").orderBy("pod_id", "step").limit(300).toPandas()
+    phases = lake.read("phases").where("phase is not null").toPandas().set_index(["pod_id", "step"])
     x = np.stack(silver["features"].to_numpy())
     cond = np.stack(silver["history"].to_numpy())
     phase, dist, h = label_arrays(model, x, cond)
@@ -54,65 +60,68 @@ def test_udf_encoding_equals_driver_encoding(spark, fleet):
 
 
 def test_pandas_and_arrow_engines_agree(spark, fleet):
-    from ai4dl.labelling import label
-
-    cfg, model, _ = fleet
-    silver = lk.read(spark, cfg, "silver")
+    lake, model = fleet.lake, fleet.model
+    silver = lake.read("silver")
     pods = [r[0] for r in silver.select("pod_id").distinct().orderBy("pod_id").limit(2).collect()]
     part = silver.where(F.col("pod_id").isin(pods))
-    a = label(part, model, engine="arrow").orderBy("pod_id", "step").toPandas()
-    p = label(part, model, engine="pandas").orderBy("pod_id", "step").toPandas()
+    a = model.transform(part, engine="arrow").orderBy("pod_id", "step").toPandas()
+    p = model.transform(part, engine="pandas").orderBy("pod_id", "step").toPandas()
     assert a["phase"].isna().tolist() == p["phase"].isna().tolist()
     assert a["phase"].dropna().astype(int).tolist() == p["phase"].dropna().astype(int).tolist()
     for x, y in zip(a["activations"], p["activations"]):
         assert (x is None and y is None) or np.allclose(x, y)
     with pytest.raises(ValueError, match="engine"):
-        label(part, model, engine="numba")
+        model.transform(part, engine="numba")
 
 
 def test_steps_without_history_get_no_phase(spark, fleet):
-    cfg, _, _ = fleet
-    rows = lk.read(spark, cfg, "phases").where("step < 3").select("phase", "activations", "distance").collect()
+    lake = fleet.lake
+    rows = lake.read("phases").where("step < 3").select("phase", "activations", "distance").collect()
     assert rows and all(r["phase"] is None and r["activations"] is None and r["distance"] is None for r in rows)
 
 
 def test_training_is_deterministic_under_a_seed(spark, fleet):
-    cfg, model, _ = fleet
-    again, _ = train_model(spark, cfg, log=lambda *_: None)
+    lake, model = fleet.lake, fleet.model
+    silver = lake.read("silver")
+    scaler, n_history = silver_scaler(lake.properties("silver"))
+    again = PhaseEstimator.from_model(model).fit(silver, scaler, n_history, log=None)  # retrained from itself
     assert again.model_id == model.model_id
 
 
 def test_refinement_splits_one_phase_and_keeps_the_others(spark, fleet):
-    cfg, model, _ = fleet
-    refined = refine_model(spark, cfg, model, phase=0, k_sub=2)
+    lake, model = fleet.lake, fleet.model
+    training = fleet.cfg.window.split.training(lake.read("silver").where("has_full_history"))
+    refined = refine(model, training, phase=0, k_sub=2, seed=fleet.cfg.train.seed)
     assert refined.refinements[0][1] == (0, 4) and refined.phase_ids == [0, 1, 2, 3, 4]
-    silver = lk.read(spark, cfg, "silver").where("has_full_history").limit(2000).toPandas()
+    silver = lake.read("silver").where("has_full_history").limit(2000).toPandas()
     x, cond = np.stack(silver["features"].to_numpy()), np.stack(silver["history"].to_numpy())
     before, _, _ = label_arrays(model, x, cond)
     after, _, _ = label_arrays(refined, x, cond)
     assert np.array_equal(before[before != 0], after[before != 0])
     assert set(after[before == 0]) <= {0, 4}
-    with pytest.raises(ValueError, match="already refined"):
-        refine_model(spark, cfg, refined, phase=0, k_sub=2)
+    with pytest.raises(ModelError, match="already refined"):
+        refine(refined, training, phase=0, k_sub=2, seed=fleet.cfg.train.seed)
 
 
-def test_label_refuses_a_model_for_other_features(spark, fleet):
-    cfg, model, _ = fleet
-    from ai4dl.crbm import CRBMWeights
-    from ai4dl.scaler import Scaler
+def test_label_refuses_a_model_for_other_features(spark, fleet, tmp_path):
+    model = fleet.model
+    from ai4dl.method.crbm import CRBMWeights
+    from ai4dl.method.model import save
+    from ai4dl.method.scaler import Scaler
 
     w = model.crbm
     other = PhaseModel(
         Scaler(("a",) * 0 + tuple(f"x{i}" for i in range(w.n_visible)), model.scaler.mean, model.scaler.scale),
         CRBMWeights(**w.as_dict()), model.centers,
     )
+    other_dir = save(other, tmp_path / "other")
     with pytest.raises(ModelError, match="features"):
-        run_label(spark, cfg, other)
+        stages.label(fleet.cfg, spark, model=str(other_dir))
 
 
 def test_k_larger_than_distinct_points(spark):
     df = spark.createDataFrame([([0.1, 0.2],), ([0.1, 0.2],), ([0.3, 0.4],)], "activations array<double>")
-    with pytest.raises(ValueError, match="only 2 distinct points"):
+    with pytest.raises(InputError, match="only 2 distinct points"):
         fit_centers(df, 3, seed=1)
 
 
@@ -131,7 +140,7 @@ def test_adjusted_rand_index():
 
 def test_torch_distributor_data_parallel_training(spark):
     """Two ranks on local cores through Spark's TorchDistributor: parameters averaged each epoch, error falls."""
-    from ai4dl.training import train_distributed
+    from ai4dl.method.training import train_distributed
 
     rng = np.random.default_rng(0)
     regime = rng.integers(0, 2, size=2000)

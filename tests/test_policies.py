@@ -11,16 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ai4dl.policies import (
+from ai4dl.lake.schema import POLICY_REPLAY
+from ai4dl.policies.fleet import replay_fleet, summarise
+from ai4dl.policies.replay import (
     POLICIES,
-    POLICY_REPLAY,
     PolicyParams,
     allocate,
     format_summary,
     phase_stats_for_policy,
     replay_container,
-    replay_fleet,
-    summarise,
 )
 
 USAGE8 = np.arange(1.0, 9.0)  # [1, 2, ..., 8]
@@ -127,9 +126,9 @@ def test_unknown_policy_rejected():
 
 
 def test_params_from_config():
-    from ai4dl.config import DEFAULTS
+    from ai4dl.config import Config
 
-    assert PolicyParams.from_config(DEFAULTS) == PolicyParams()
+    assert PolicyParams.from_config(Config().policies) == PolicyParams()
     assert PolicyParams.from_config({"interval_steps": 3}).interval_steps == 3
     with pytest.raises(ValueError):
         PolicyParams(interval_steps=0)
@@ -241,7 +240,7 @@ def _fleet_pdf():
 
 
 def _spark_df(spark, pdfs):
-    from ai4dl.schema import PHASES
+    from ai4dl.lake.schema import PHASES
 
     rows = []
     for pdf in pdfs:
@@ -345,8 +344,8 @@ def test_phase_rule_with_fractions_of_the_limit(spark):
     np.testing.assert_allclose(allocate("phase.rule", usage, 10.0, p, phases, stats, "cpu"), [10] * 4 + [2.0] * 4)
     np.testing.assert_allclose(allocate("phase.rule", usage, 40.0, p, phases, stats, "cpu"), [40] * 4 + [8.0] * 4)
 
-    from ai4dl.policies import phase_fraction_stats
-    from ai4dl.schema import PHASES
+    from ai4dl.policies.fleet import phase_fraction_stats
+    from ai4dl.lake.schema import PHASES
 
     t0 = datetime(2024, 1, 1)
     rows = [

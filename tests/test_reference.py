@@ -6,12 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ai4dl.ingest import ingest
-from ai4dl.labelling import label_arrays, run_label
-from ai4dl.model import ModelError, load, save_version
-from ai4dl.reference import feature_major_to_time_major, import_reference, original_tool_phases, read_reference
-from ai4dl.windowing import run_window
-from tests.conftest import DLAAS_SAMPLE, REFERENCE_MODEL, require_shared
+from ai4dl import stages
+from ai4dl.errors import ModelError
+from ai4dl.method.labelling import label_arrays
+from ai4dl.method.model import load
+from ai4dl.method.reference import feature_major_to_time_major, import_reference, original_tool_phases, read_reference
 
 
 def test_history_layout_permutation():
@@ -22,17 +21,17 @@ def test_history_layout_permutation():
     assert tm[0].tolist() == [f * nh + t for t in range(nh) for f in range(nv)]
 
 
-def test_reference_parity_on_dlaas_sample(spark, lake):
-    ref_path = require_shared(REFERENCE_MODEL)
-    sample = require_shared(DLAAS_SAMPLE)
-    model = import_reference(ref_path)
-    model_dir = save_version(model, lake["lake"]["models"], "reference")
+def test_reference_parity_on_dlaas_sample(cfg, dlaas_sample, reference_model, spark, lake):
+    ref_path = reference_model
+    sample = dlaas_sample
+    imported = stages.import_reference_model(cfg, spark, path=str(ref_path))
+    model, model_dir = imported.details["model"], imported.details["path"]
     assert load(model_dir).model_id == model.model_id
 
-    ingest(spark, lake, str(sample))
-    run_window(spark, lake, scaler=model.scaler)
-    run_label(spark, lake, model)
-    ours = spark.read.format("delta").load(f"{lake['lake']['root']}/silver/phases").select("pod_id", "step", "phase").toPandas()
+    stages.ingest(cfg, spark, input=str(sample))
+    stages.window(cfg, spark, scaler_from_model=model_dir)
+    stages.label(cfg, spark, model=model_dir)
+    ours = lake.read("phases").select("pod_id", "step", "phase").toPandas()
 
     reference = read_reference(ref_path)
     raw = pd.read_csv(sample)
@@ -51,8 +50,8 @@ def test_reference_parity_on_dlaas_sample(spark, lake):
     assert compared == 204 - 4 * (n_his + 1)
 
 
-def test_driver_labels_match_original_loop():
-    ref_path = require_shared(REFERENCE_MODEL)
+def test_driver_labels_match_original_loop(reference_model):
+    ref_path = reference_model
     reference = read_reference(ref_path)
     model = import_reference(ref_path)
     rng = np.random.default_rng(0)

@@ -21,19 +21,21 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from ai4dl import lake as lk
-from ai4dl.config import config_hash, load_config
-from ai4dl.ingest import ingest
-from ai4dl.model import ModelError, PhaseModel
-from tests.conftest import DLAAS_SAMPLE, REFERENCE_MODEL, ROOT, require_shared
+from ai4dl import stages
+from ai4dl.config import load_config
+from ai4dl.errors import ModelError
+from ai4dl.lake import tables as lk
+from ai4dl.lake.tables import Lake
+from ai4dl.method.model import PhaseModel, save
+from ai4dl.traces.ingest import ingest
 
 TIMESTAMPS = {"ingested_at", "quarantined_at", "finished_at"}
 STAGE_TABLES = ("bronze", "quarantine", "silver", "phases", "sequences", "transitions", "phase_stats", "policy_replay")
 
 
-def snapshot(spark, cfg, name):
+def snapshot(lake, name):
     """A table's rows (without load timestamps) as a sorted list: equal snapshots, equal contents."""
-    df = lk.read(spark, cfg, name)
+    df = lake.read(name)
     cols = [c for c in df.columns if c not in TIMESTAMPS]
     return sorted((tuple(r) for r in df.select(*cols).collect()), key=repr)
 
@@ -42,12 +44,12 @@ def snapshot(spark, cfg, name):
 
 
 @pytest.fixture(scope="module")
-def twice(spark, tmp_path_factory):
+def twice(spark, tmp_path_factory, dlaas_sample, reference_model):
     """Every stage run twice through ``ai4dl.cli.main`` on the DLaaS sample with the imported reference model."""
     from ai4dl.cli import main
 
-    sample = str(require_shared(DLAAS_SAMPLE))
-    ref = str(require_shared(REFERENCE_MODEL))
+    sample = str(dlaas_sample)
+    ref = str(reference_model)
     base = tmp_path_factory.mktemp("twice")
     overrides = [
         f"lake.root={base / 'lake'}",
@@ -59,6 +61,7 @@ def twice(spark, tmp_path_factory):
     ]
     sets = [a for o in overrides for a in ("--set", o)]
     cfg = load_config(None, overrides)
+    lake = Lake.for_config(spark, cfg)
     assert main(["import-reference-model", ref, *sets]) == 0
     model_dir = str(base / "models" / "reference" / "v0001")
     stages = [
@@ -72,9 +75,9 @@ def twice(spark, tmp_path_factory):
     for _ in range(2):
         for stage in stages:
             assert main([*stage, *sets]) == 0, stage
-        rounds.append({name: snapshot(spark, cfg, name) for name in STAGE_TABLES})
-    rounds.append({"silver_props": lk.properties(spark, lk.table_path(cfg, "silver"))})
-    return {"cfg": cfg, "sets": sets, "rounds": rounds, "model_dir": model_dir}
+        rounds.append({name: snapshot(lake, name) for name in STAGE_TABLES})
+    rounds.append({"silver_props": lake.properties("silver")})
+    return {"cfg": cfg, "lake": lake, "sets": sets, "rounds": rounds, "model_dir": model_dir}
 
 
 def test_every_stage_is_idempotent(twice):
@@ -87,9 +90,10 @@ def test_every_stage_is_idempotent(twice):
 def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice):
     from ai4dl.cli import main
 
-    cfg, sets = twice["cfg"], twice["sets"]
+    cfg, lake, sets = twice["cfg"], twice["lake"], twice["sets"]
     assert main(["train", *sets]) == 0  # a model version, logged by its directory
-    log = lk.read(spark, cfg, "run_log").collect()
+    assert main(["report", *sets]) == 0
+    log = lake.read("run_log").collect()
     by_job: dict[str, list] = {}
     for r in log:
         by_job.setdefault(r["job"], []).append(r)
@@ -100,7 +104,7 @@ def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice)
         "behaviour": {"sequences", "transitions", "phase_stats"},
         "policies": {"policy_replay"},
     }
-    digest = config_hash(cfg)
+    digest = cfg.digest
     for job, tables in expected.items():
         rows = by_job[job]
         assert {r["table"] for r in rows} == tables, job
@@ -114,37 +118,40 @@ def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice)
     bronze = [r for r in ingest_rows if r["table"] == "bronze"]
     assert [r["rows"] for r in bronze] == [204, 0]  # the rerun inserted nothing
     first_bronze_version = bronze[0]["delta_version"]
-    assert spark.read.format("delta").option("versionAsOf", first_bronze_version).load(lk.table_path(cfg, "bronze")).count() == 204
+    assert spark.read.format("delta").option("versionAsOf", first_bronze_version).load(lake.path("bronze")).count() == 204
     silver = sorted(by_job["window"], key=lambda r: r["finished_at"])
     assert [r["rows"] for r in silver] == [204, 204]
     assert silver[1]["delta_version"] > silver[0]["delta_version"]
     (train,) = by_job["train"]
     assert "models" in train["table"] and train["delta_version"] is None and train["rows"] > 0
+    # the stages that write no Delta table log too: the imported model and the report page, by path
+    (imported,) = by_job["import-reference-model"]
+    assert imported["table"] == twice["model_dir"] and imported["delta_version"] is None
+    (page,) = by_job["report"]
+    assert page["table"].endswith("index.html")
 
 
-def test_a_model_with_another_scaler_is_refused(spark, twice):
-    from ai4dl.labelling import run_label
-    from ai4dl.model import load
-    from ai4dl.scaler import Scaler
+def test_a_model_with_another_scaler_is_refused(spark, twice, tmp_path):
+    from ai4dl.method.model import load
+    from ai4dl.method.scaler import Scaler
 
-    cfg = twice["cfg"]
+    cfg, lake = twice["cfg"], twice["lake"]
     model = load(twice["model_dir"])
     s = model.scaler
     other = PhaseModel(Scaler(s.features, tuple(m + 1.0 for m in s.mean), s.scale), model.crbm, model.centers)
-    before = lk.version(spark, lk.table_path(cfg, "phases"))
+    before = lake.version("phases")
     with pytest.raises(ModelError, match="another scaler"):
-        run_label(spark, cfg, other)
-    assert lk.version(spark, lk.table_path(cfg, "phases")) == before  # nothing written
+        stages.label(cfg, spark, model=str(save(other, tmp_path / "other")))
+    assert lake.version("phases") == before  # nothing written
 
 
 def test_silver_properties_match_the_reference_scaler(spark, twice):
-    from ai4dl.model import load
-    from ai4dl.windowing import PROP_SCALER, silver_scaler
+    from ai4dl.method.model import load
+    from ai4dl.method.windowing import PROP_SCALER, silver_scaler
 
-    cfg = twice["cfg"]
     props = twice["rounds"][2]["silver_props"]
     assert PROP_SCALER in props
-    scaler, n_history = silver_scaler(spark, lk.table_path(cfg, "silver"))
+    scaler, n_history = silver_scaler(twice["lake"].properties("silver"))
     assert scaler.digest == load(twice["model_dir"]).scaler.digest and n_history == 3
 
 
@@ -188,22 +195,23 @@ def test_overwrite_keeps_properties_with_their_data(spark, tmp_path, monkeypatch
 # --- subprocess ingests: interruption and concurrent writers ------------------------------------------------
 
 
-def _subprocess_cmd(source: str, lake_root: Path) -> list[str]:
+def _subprocess_cmd(source: str, lake_root: Path, project_root: Path) -> list[str]:
     return [
         sys.executable, "-m", "ai4dl.cli", "ingest", source,
         "--master", "local[1]",
         "--set", f"lake.root={lake_root}",
         "--set", "spark.driver_memory=768m",
         "--set", "spark.shuffle_partitions=2",
-        "--set", f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}",
+        "--set", f"spark.ivy_cache={project_root / '.cache' / 'ivy'}",
     ]
 
 
 def _spawn(source: str, lake_root: Path, log: Path) -> subprocess.Popen:
+    project_root = Path(__file__).resolve().parents[1]
     out = log.open("wb")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(project_root)}
     return subprocess.Popen(
-        _subprocess_cmd(source, lake_root), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        _subprocess_cmd(source, lake_root, project_root), cwd=project_root, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
 
 
@@ -226,17 +234,17 @@ def _write_pods(pdf, path: Path) -> str:
     return str(path)
 
 
-def _key_counts(spark, cfg) -> tuple[int, int]:
-    bronze = lk.read(spark, cfg, "bronze")
+def _key_counts(lake) -> tuple[int, int]:
+    bronze = lake.read("bronze")
     return bronze.count(), bronze.select("pod_id", "ts").distinct().count()
 
 
-def test_killed_ingest_leaves_the_previous_version_and_a_rerun_completes(spark, lake, tmp_path):
-    from ai4dl.synthetic import generate_fleet, write_fleet
+def test_killed_ingest_leaves_the_previous_version_and_a_rerun_completes(cfg, dlaas_sample, spark, lake, tmp_path):
+    from ai4dl.traces.synthetic import generate_fleet, write_fleet
 
-    sample = str(require_shared(DLAAS_SAMPLE))
-    assert ingest(spark, lake, sample).inserted == 204
-    bronze_path = Path(lk.table_path(lake, "bronze"))
+    sample = str(dlaas_sample)
+    assert ingest(lake, cfg.ingest, sample).inserted == 204
+    bronze_path = Path(lake.path("bronze"))
     version_before = lk.version(spark, str(bronze_path))
     big = str(tmp_path / "big")
     write_fleet(generate_fleet(spark, 300, 300, seed=11, partitions=2), big, "csv")
@@ -244,7 +252,7 @@ def test_killed_ingest_leaves_the_previous_version_and_a_rerun_completes(spark, 
 
     files_before = _data_files(bronze_path)
     log = tmp_path / "killed.log"
-    proc = _spawn(big, Path(lake["lake"]["root"]), log)
+    proc = _spawn(big, Path(lake.root), log)
     killed_while_writing = False
     deadline = time.time() + 300
     try:
@@ -259,7 +267,7 @@ def test_killed_ingest_leaves_the_previous_version_and_a_rerun_completes(spark, 
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     print(f"killed while writing: {killed_while_writing}")
-    count, distinct = _key_counts(spark, lake)
+    count, distinct = _key_counts(lake)
     assert count == distinct
     if killed_while_writing:
         # Orphan data files of the dead job are on disk but in no version (VACUUM removes them).
@@ -268,16 +276,16 @@ def test_killed_ingest_leaves_the_previous_version_and_a_rerun_completes(spark, 
     else:  # the job committed before the poll saw a file: then it is the complete new version
         assert count in (204, 204 + new_rows), log.read_text()[-2000:]
 
-    result = ingest(spark, lake, big)
+    result = ingest(lake, cfg.ingest, big)
     assert result.valid == new_rows
-    assert _key_counts(spark, lake) == (204 + new_rows, 204 + new_rows)
-    assert lk.read(spark, lake, "quarantine").count() == 0
+    assert _key_counts(lake) == (204 + new_rows, 204 + new_rows)
+    assert lake.read("quarantine").count() == 0
 
 
 @pytest.fixture(scope="module")
 def two_exports(spark, tmp_path_factory):
     """Two exports of different pods sharing services and the day (the same bronze partitions)."""
-    from ai4dl.synthetic import generate_fleet
+    from ai4dl.traces.synthetic import generate_fleet
 
     base = tmp_path_factory.mktemp("exports")
     pdf = generate_fleet(spark, 16, 40, seed=5, services=2, partitions=2).toPandas()
@@ -291,22 +299,22 @@ def two_exports(spark, tmp_path_factory):
 
 def test_concurrent_ingests_of_different_files_both_land(spark, lake, tmp_path, two_exports):
     a, n_a, b, n_b = two_exports
-    root = Path(lake["lake"]["root"])  # a new lake: both writers also race to create the tables
+    root = Path(lake.root)  # a new lake: both writers also race to create the tables
     procs = [(_spawn(src, root, tmp_path / f"{i}.log"), tmp_path / f"{i}.log") for i, src in enumerate((a, b))]
     for proc, log in procs:
         _wait(proc, log)
-    assert _key_counts(spark, lake) == (n_a + n_b, n_a + n_b)
-    assert lk.read(spark, lake, "quarantine").count() == 0
+    assert _key_counts(lake) == (n_a + n_b, n_a + n_b)
+    assert lake.read("quarantine").count() == 0
 
 
-def test_concurrent_ingests_of_the_same_file_insert_it_once(spark, lake, tmp_path, two_exports):
+def test_concurrent_ingests_of_the_same_file_insert_it_once(cfg, dlaas_sample, spark, lake, tmp_path, two_exports):
     a, n_a, _, _ = two_exports
-    assert ingest(spark, lake, str(require_shared(DLAAS_SAMPLE))).inserted == 204  # an existing table
-    root = Path(lake["lake"]["root"])
+    assert ingest(lake, cfg.ingest, str(dlaas_sample)).inserted == 204  # an existing table
+    root = Path(lake.root)
     procs = [(_spawn(a, root, tmp_path / f"{i}.log"), tmp_path / f"{i}.log") for i in range(2)]
     for proc, log in procs:
         _wait(proc, log)
-    assert _key_counts(spark, lake) == (204 + n_a, 204 + n_a)
+    assert _key_counts(lake) == (204 + n_a, 204 + n_a)
     inserted = []
     for _, log in procs:
         line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ingest: read"))

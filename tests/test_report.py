@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ai4dl import plots
-from ai4dl.policies import POLICIES, PolicyParams
-from ai4dl.report import Section, write_report
+from ai4dl.reporting import plots
+from ai4dl.policies.replay import POLICIES, PolicyParams
+from ai4dl.reporting.html import Section, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GIB = 2**30

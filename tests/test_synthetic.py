@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ai4dl.schema import GENERATED_SOURCE
-from ai4dl.synthetic import BEHAVIOURS, generate_container, generate_fleet, write_fleet
+from ai4dl.lake.schema import GENERATED_SOURCE
+from ai4dl.traces.synthetic import BEHAVIOURS, generate_container, generate_fleet, write_fleet
 
 N, T = 40, 300
 START, INTERVAL = 1_700_000_000, 30

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ai4dl.scaler import Scaler
-from ai4dl.schema import BRONZE, SILVER
-from ai4dl.windowing import build_windows
+from ai4dl.method.scaler import Scaler
+from ai4dl.lake.schema import BRONZE, SILVER
+from ai4dl.method.windowing import build_windows
 
 FEATURES = ("cpu_usage_cores", "mem_current")
 T0 = datetime(2024, 1, 1)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ai4dl.behaviour import conform
-from ai4dl.schema import PHASE_STATS, SERVICE
+from ai4dl.behaviour.sequences import conform
+from ai4dl.lake.schema import PHASE_STATS, SERVICE
 
 ALL_SERVICES = "__all__"  # service value of the fleet-wide rows
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -96,8 +96,8 @@ def create_bi_views(spark: SparkSession, stats_path: str, sequences_path: str, t
 
     Temp views live as long as the SparkSession. To make them permanent for a BI tool connected to a metastore
     (Hive metastore, Unity Catalog, Thrift server), register the tables once, e.g.
-    ``CREATE TABLE IF NOT EXISTS ai4dl.phase_stats USING DELTA LOCATION '<stats_path>'`` for each table, then
-    ``CREATE OR REPLACE VIEW ai4dl.phase_share AS <the share query over ai4dl.phase_stats>`` - a permanent view
+    ``CREATE TABLE IF NOT EXISTS ai4dl.behaviour.phase_stats USING DELTA LOCATION '<stats_path>'`` for each table, then
+    ``CREATE OR REPLACE VIEW ai4dl.phase_share AS <the share query over ai4dl.behaviour.phase_stats>`` - a permanent view
     may not reference a temp view, and tables by location keep following the Delta path's latest version.
     """
     spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_stats AS SELECT * FROM {_delta(stats_path)}")

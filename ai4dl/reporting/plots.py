@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
@@ -28,7 +29,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ai4dl.policies import POLICIES, RESOURCES, PolicyParams, allocate
+from ai4dl.behaviour.graph import ROOT_PHASE
+from ai4dl.policies.replay import POLICIES, RESOURCES, PolicyParams, allocate
 
 GIB = float(2**30)
 DPI = 110
@@ -489,3 +491,93 @@ def plot_savings(summary_pdf: pd.DataFrame, png_path: str | Path, title: str | N
     scatter.margins(x=0.12, y=0.12)
     fig.suptitle(heading)
     return _save(fig, png_path)
+
+
+def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None) -> Path:
+    """Draw a phase graph (or prototype tree) to a PNG with matplotlib's Agg canvas (no global backend change).
+
+    Node size grows with ``mean_dwell_steps`` (falling back to ``count``), edge width with ``probability``
+    (falling back to ``count`` relative to the largest). Node labels show the phase and mean dwell; edge labels
+    the probability. The layout is seeded, so the same graph draws the same picture.
+    """
+    png = Path(png_path)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(7, 5.5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.set_axis_off()
+    if title or graph.graph.get("kind"):
+        ax.set_title(title or str(graph.graph.get("kind")))
+    if graph.number_of_nodes() == 0:
+        ax.text(0.5, 0.5, "(empty graph)", ha="center", va="center")
+        fig.savefig(png)
+        return png
+
+    nodes = list(graph.nodes)
+
+    def _node_weight(n: Any) -> float:
+        d = graph.nodes[n]
+        return float(d.get("mean_dwell_steps", d.get("count", 1)) or 0.0)
+
+    weights = [_node_weight(n) for n in nodes]
+    wmax = max(weights) or 1.0
+    sizes = [300 + 2200 * w / wmax for w in weights]
+
+    edges = list(graph.edges)
+    if edges and all("probability" in graph.edges[e] for e in edges):
+        widths = [0.5 + 5.0 * float(graph.edges[e]["probability"]) for e in edges]
+        edge_labels = {e: f"{float(graph.edges[e]['probability']):.2f}" for e in edges}
+    else:
+        counts = [float(graph.edges[e].get("count", 1)) for e in edges]
+        cmax = max(counts, default=1.0) or 1.0
+        widths = [0.5 + 5.0 * c / cmax for c in counts]
+        edge_labels = {e: str(graph.edges[e].get("count", "")) for e in edges}
+
+    def _label(n: Any) -> str:
+        d = graph.nodes[n]
+        phase = d.get("phase", n)
+        head = "root" if phase == ROOT_PHASE else f"phase {phase}"
+        if "mean_dwell_steps" in d:
+            return f"{head}\n{float(d['mean_dwell_steps']):.1f} steps"
+        if "count" in d:
+            return f"{head}\nn={d['count']}"
+        return head
+
+    if graph.graph.get("kind") == "prototype_tree":
+        pos = _tree_layout(graph)
+    else:
+        pos = nx.circular_layout(graph) if len(nodes) <= 2 else nx.spring_layout(graph, seed=7, k=1.5)
+    nx.draw_networkx_nodes(graph, pos, nodelist=nodes, node_size=sizes, node_color="#9ecae1", edgecolors="#3182bd", ax=ax)
+    nx.draw_networkx_labels(graph, pos, labels={n: _label(n) for n in nodes}, font_size=8, ax=ax)
+    if edges:
+        nx.draw_networkx_edges(
+            graph, pos, edgelist=edges, width=widths, arrows=True, arrowsize=14,
+            connectionstyle="arc3,rad=0.12", node_size=sizes, ax=ax,
+        )
+        nx.draw_networkx_edge_labels(graph, pos, edge_labels=edge_labels, font_size=7, ax=ax,
+                                     connectionstyle="arc3,rad=0.12")
+    fig.tight_layout()
+    fig.savefig(png)
+    return png
+
+
+def _tree_layout(tree: nx.DiGraph) -> dict[Any, tuple[float, float]]:
+    """Top-down layout: depth on y, leaves spread evenly on x, parents centred over their children."""
+    pos: dict[Any, tuple[float, float]] = {}
+    next_x = [0.0]
+
+    def place(node: Any, depth: int) -> float:
+        children = sorted(tree.successors(node), key=str)
+        if not children:
+            x = next_x[0]
+            next_x[0] += 1.0
+        else:
+            xs = [place(c, depth + 1) for c in children]
+            x = sum(xs) / len(xs)
+        pos[node] = (x, -float(depth))
+        return x
+
+    roots = [n for n in tree.nodes if tree.in_degree(n) == 0] or list(tree.nodes)[:1]
+    for r in roots:
+        place(r, 0)
+    return pos

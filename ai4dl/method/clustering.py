@@ -17,6 +17,8 @@ from pyspark.ml.functions import array_to_vector
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ai4dl.errors import InputError
+
 
 def _vectors(df: DataFrame, column: str = "activations") -> DataFrame:
     return df.where(F.col(column).isNotNull()).select(array_to_vector(F.col(column)).alias("v"))
@@ -30,10 +32,10 @@ def fit_centers(df: DataFrame, k: int, seed: int, column: str = "activations", m
     try:
         n = vectors.count()
         if n == 0:
-            raise ValueError("no activations to cluster (no window has full history?)")
+            raise InputError("no activations to cluster (no window has full history?)")
         distinct = vectors.select(F.col("v").cast("string")).distinct().limit(k).count()
         if distinct < k:
-            raise ValueError(f"k={k} phases requested but the activations have only {distinct} distinct points")
+            raise InputError(f"k={k} phases requested but the activations have only {distinct} distinct points")
         model = KMeans(k=k, seed=seed, featuresCol="v", initMode="k-means||", maxIter=max_iter).fit(vectors)
         centers = np.array([np.asarray(c, dtype=np.float64) for c in model.clusterCenters()])
     finally:

@@ -10,11 +10,14 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+
+from ai4dl.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover - Spark is needed to fit and apply in Spark, not to load or transform
+    from pyspark.sql import Column, DataFrame
 
 
 @dataclass(frozen=True)
@@ -33,19 +36,23 @@ class Scaler:
             raise ValueError(f"scaler statistics are not finite and positive for: {', '.join(bad)}")
 
     @classmethod
-    def fit(cls, df: DataFrame, features: Sequence[str]) -> "Scaler":
+    def fit(cls, df: "DataFrame", features: Sequence[str]) -> "Scaler":
+        from pyspark.sql import functions as F
+
         aggs = []
         for f in features:
             aggs += [F.avg(F.col(f)).alias(f"m_{f}"), F.stddev_pop(F.col(f)).alias(f"s_{f}")]
         row = df.agg(*aggs).first()
         if row is None or row[f"m_{features[0]}"] is None:
-            raise ValueError("cannot fit a scaler on an empty training selection")
+            raise InputError("cannot fit a scaler on an empty training selection (no training container in bronze)")
         means = tuple(float(row[f"m_{f}"]) for f in features)
         scales = tuple(float(row[f"s_{f}"]) if row[f"s_{f}"] else 1.0 for f in features)
         return cls(tuple(features), means, scales)
 
-    def columns(self) -> list[Column]:
+    def columns(self) -> "list[Column]":
         """Scaled feature columns, in feature order."""
+        from pyspark.sql import functions as F
+
         return [((F.col(f) - F.lit(m)) / F.lit(s)) for f, m, s in zip(self.features, self.mean, self.scale)]
 
     def transform(self, x: np.ndarray) -> np.ndarray:

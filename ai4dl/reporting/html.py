@@ -6,7 +6,7 @@ files are also kept beside it in ``out_dir`` (copied there when they live elsewh
 
 Usage::
 
-    from ai4dl.report import Section, write_report
+    from ai4dl.reporting.html import Section, write_report
     write_report("data/report", "AI4DL run", {"model_id": "m1", "rows": 1200},
                  [Section("Phases", "k-means on CRBM activations", table=stats_pdf, images=[png])])
 """

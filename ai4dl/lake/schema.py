@@ -1,68 +1,15 @@
 """Every table's columns, declared once.
 
-Column names inside the lake are snake_case: the dotted names of the DLaaS export (``pod.id``, ``cpu.usage``)
-need back-quoting in every SQL expression and confuse BI tools, so ingest renames them once, through
-:data:`SOURCE_COLUMNS`, and every later stage speaks only the names below.
+The names themselves live in :mod:`ai4dl.lake.columns` (no Spark needed); the Spark schemas built from them here.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import types as T
 
-# Natural key of a sample: one row per container per timestamp.
-POD_ID = "pod_id"
-SERVICE = "service"
-TS = "ts"
-EVENT_DATE = "event_date"
-BEHAVIOUR = "behaviour"  # ground truth, only in generated traces
-
-# Metric columns, in the order of the reference export.
-METRICS: tuple[str, ...] = (
-    "cpu_num_cores",
-    "cpu_usage",
-    "cpu_usage_cores",
-    "cpu_usage_pct",
-    "cpu_usage_pct_container_requested",
-    "mem_current",
-    "mem_limit",
-    "mem_usage_pct",
-    "mem_working_set",
+from ai4dl.lake.columns import (  # noqa: F401  (re-exported: one import for names and schemas)
+    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_REPLAY_FIELDS, SERVICE, SOURCE_COLUMNS, TS, lake_name, source_name,
 )
-
-# Default CRBM features: the eight the original AI4DL DLaaS model was trained on (all metrics but the core count).
-DEFAULT_FEATURES: tuple[str, ...] = (
-    "cpu_usage",
-    "cpu_usage_cores",
-    "cpu_usage_pct",
-    "cpu_usage_pct_container_requested",
-    "mem_current",
-    "mem_limit",
-    "mem_usage_pct",
-    "mem_working_set",
-)
-
-# Source (export) name -> lake name. Overridable per job through the ``ingest.columns`` config key.
-SOURCE_COLUMNS: dict[str, str] = {
-    "timestamp": TS,
-    "service": SERVICE,
-    "pod.id": POD_ID,
-    **{m.replace("_", "."): m for m in METRICS},
-    "behaviour": BEHAVIOUR,
-}
-
-
-def lake_name(source_name: str) -> str:
-    """Lake column of a source column name (``cpu.usage.pct`` -> ``cpu_usage_pct``)."""
-    return SOURCE_COLUMNS.get(source_name, source_name.replace(".", "_"))
-
-
-def source_name(lake: str) -> str:
-    """Source (export) column name of a lake column."""
-    for src, dst in SOURCE_COLUMNS.items():
-        if dst == lake:
-            return src
-    return lake
-
 
 _metric_fields = [T.StructField(m, T.DoubleType(), True) for m in METRICS]
 
@@ -215,22 +162,8 @@ DWELL = T.StructType(
 )
 
 # Gold: one row per replayed container, policy and resource (cpu in cores, mem in bytes).
-POLICY_REPLAY = T.StructType(
-    [
-        T.StructField("pod_id", T.StringType(), False),
-        T.StructField("service", T.StringType(), True),
-        T.StructField("policy", T.StringType(), False),
-        T.StructField("resource", T.StringType(), False),  # cpu | mem
-        T.StructField("steps", T.LongType(), False),  # steps with known usage and limit
-        T.StructField("used", T.DoubleType(), False),  # sum of usage over those steps
-        T.StructField("allocated", T.DoubleType(), False),  # sum of the policy's allocation
-        T.StructField("static_allocated", T.DoubleType(), False),  # sum of the limit
-        T.StructField("met_steps", T.LongType(), False),  # allocation >= usage
-        T.StructField("shortfall_steps", T.LongType(), False),
-        T.StructField("shortfall_total", T.DoubleType(), False),  # sum of max(usage - allocation, 0)
-        T.StructField("shortfall_max", T.DoubleType(), False),  # 0 without steps
-    ]
-)
+_SQL_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "double": T.DoubleType()}
+POLICY_REPLAY = T.StructType([T.StructField(n, _SQL_TYPES[t], nullable) for n, t, nullable in POLICY_REPLAY_FIELDS])
 
 RUN_LOG = T.StructType(
     [

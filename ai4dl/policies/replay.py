@@ -41,8 +41,8 @@ Conventions, shared by all policies:
 * Usage above the limit cannot be met by any policy (allocations are capped), so it counts as shortfall even
   for ``static`` and the oracles.
 
-The core (:func:`allocate`, :func:`replay_container`) is numpy/pandas only; :func:`replay_fleet` and
-:func:`summarise` run it over a Spark DataFrame of the ``PHASES`` schema without collecting the fleet.
+This module is numpy/pandas only (importable without Spark); :mod:`ai4dl.policies.fleet` runs
+:func:`replay_container` over a Spark DataFrame of the ``PHASES`` schema without collecting the fleet.
 """
 
 from __future__ import annotations
@@ -54,12 +54,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-from pyspark.sql.window import Window
-
-from ai4dl.schema import POLICY_REPLAY
+from ai4dl.lake.columns import POLICY_REPLAY_FIELDS
 
 POLICIES: tuple[str, ...] = (
     "static",
@@ -77,11 +72,12 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "mem": ("mem_current", "mem_limit"),
 }
 
-# One row per (container, policy, resource). To move into ai4dl.schema later, under this name.
-REPLAY_COLUMNS: tuple[str, ...] = tuple(f.name for f in POLICY_REPLAY.fields)
+# One row per (container, policy, resource): the columns of ai4dl.lake.schema.POLICY_REPLAY.
+REPLAY_COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in POLICY_REPLAY_FIELDS)
+_PANDAS_DTYPES = {"bigint": "int64", "double": "float64"}
 
 # PHASES columns a replay needs (activations and the rest are not shipped to the Python workers).
-_INPUT_COLUMNS = ("pod_id", "service", "step", "phase", "cpu_usage_cores", "cpu_num_cores", "mem_current", "mem_limit")
+INPUT_COLUMNS = ("pod_id", "service", "step", "phase", "cpu_usage_cores", "cpu_num_cores", "mem_current", "mem_limit")
 
 
 @dataclass(frozen=True)
@@ -101,11 +97,12 @@ class PolicyParams:
             raise ValueError(f"vpa_half_life_steps must be > 0, got {self.vpa_half_life_steps}")
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> "PolicyParams":
-        """From a job config (its ``policies`` section) or the section itself; unrelated keys are ignored."""
-        section = cfg.get("policies", cfg)
+    def from_config(cls, section: Any) -> "PolicyParams":
+        """From the ``policies`` config section (:class:`ai4dl.config.PoliciesConfig` or a mapping of it);
+        the section's keys that are not replay parameters (the phase statistic) are ignored."""
+        values = section if isinstance(section, Mapping) else {f.name: getattr(section, f.name) for f in fields(section)}
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in section.items() if k in names})
+        return cls(**{k: v for k, v in values.items() if k in names})
 
 
 # --------------------------------------------------------------------------------------------------- core
@@ -183,7 +180,7 @@ def _phase_before(phases: np.ndarray, length: int) -> np.ndarray:
     return out
 
 
-def _normalise_stats(phase_stats: Mapping | None) -> dict[int, Mapping]:
+def normalise_stats(phase_stats: Mapping | None) -> dict[int, Mapping]:
     out: dict[int, Mapping] = {}
     for key, value in (phase_stats or {}).items():
         try:
@@ -193,7 +190,7 @@ def _normalise_stats(phase_stats: Mapping | None) -> dict[int, Mapping]:
     return out
 
 
-def _finite(value: Any) -> float:
+def finite_value(value: Any) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -242,7 +239,7 @@ def allocate(
             ph = np.asarray(phases, dtype=object).ravel()
             if len(ph) != n:
                 raise ValueError(f"phases must have the usage's length {n}, got {len(ph)}")
-            stats = _normalise_stats(phase_stats)
+            stats = normalise_stats(phase_stats)
             current = _phase_before(ph, length)
             for i, p in enumerate(current):
                 if np.isnan(p) or int(p) not in stats:
@@ -251,9 +248,9 @@ def allocate(
                 if not isinstance(entry, Mapping):
                     continue
                 if f"{resource}_fraction" in entry:  # a share of this container's limit
-                    value = _finite(entry[f"{resource}_fraction"]) * lim[min(i * length, n - 1)]
+                    value = finite_value(entry[f"{resource}_fraction"]) * lim[min(i * length, n - 1)]
                 else:
-                    value = _finite(entry.get(resource))
+                    value = finite_value(entry.get(resource))
                 decision[i] = value * (1.0 + float(params.margin))
     else:  # vpa
         q = _weighted_quantile_past(u, length, float(params.vpa_percentile), float(params.vpa_half_life_steps))
@@ -288,11 +285,9 @@ def _empty_replay() -> pd.DataFrame:
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
-    for f in POLICY_REPLAY.fields:
-        if isinstance(f.dataType, T.LongType):
-            df[f.name] = df[f.name].astype("int64")
-        elif isinstance(f.dataType, T.DoubleType):
-            df[f.name] = df[f.name].astype("float64")
+    for name, sql_type, _ in POLICY_REPLAY_FIELDS:
+        if sql_type in _PANDAS_DTYPES:
+            df[name] = df[name].astype(_PANDAS_DTYPES[sql_type])
     return df
 
 
@@ -331,69 +326,6 @@ def replay_container(
 # -------------------------------------------------------------------------------------------- Spark side
 
 
-def replay_fleet(
-    phases_df: DataFrame, params: PolicyParams | None = None, phase_stats: Mapping | None = None
-) -> DataFrame:
-    """:func:`replay_container` over every container of a ``PHASES`` DataFrame, in the executors."""
-    params = params or PolicyParams()
-    stats = {int(k): dict(v) for k, v in _normalise_stats(phase_stats).items()}  # plain, picklable
-
-    def replay(pdf: pd.DataFrame) -> pd.DataFrame:
-        return replay_container(pdf, params, stats)
-
-    return phases_df.select(*_INPUT_COLUMNS).groupBy("pod_id").applyInPandas(replay, POLICY_REPLAY)
-
-
-def _ratio(num, den):
-    return F.when(den != 0, num / den)
-
-
-def summarise(replay_df: DataFrame) -> DataFrame:
-    """Fleet totals per (policy, resource) of a ``POLICY_REPLAY`` DataFrame.
-
-    ``savings_vs_static = 1 - allocated / static_allocated``; ``savings_vs_prev_rules = 1 - allocated /
-    allocated(prev.step.rules)`` of the same resource; ``fulfilment = met_steps / steps``; ``utilisation =
-    used / allocated``. A ratio with a zero denominator is null. Ordered by resource, then :data:`POLICIES`.
-    """
-    agg = replay_df.groupBy("policy", "resource").agg(
-        F.count("pod_id").alias("containers"),  # one replay row per container and (policy, resource)
-        F.sum("steps").alias("steps"),
-        F.sum("used").alias("used"),
-        F.sum("allocated").alias("allocated"),
-        F.sum("static_allocated").alias("static_allocated"),
-        F.sum("met_steps").alias("met_steps"),
-        F.sum("shortfall_steps").alias("shortfall_steps"),
-        F.sum("shortfall_total").alias("shortfall_total"),
-        F.max("shortfall_max").alias("shortfall_max"),
-    )
-    by_resource = Window.partitionBy("resource")
-    prev_rules = F.max(F.when(F.col("policy") == "prev.step.rules", F.col("allocated"))).over(by_resource)
-    order = F.array_position(F.array(*[F.lit(p) for p in POLICIES]), F.col("policy"))
-    return (
-        agg.withColumn("_prev_rules_allocated", prev_rules)
-        .select(
-            "policy",
-            "resource",
-            "containers",
-            "steps",
-            "used",
-            "allocated",
-            "static_allocated",
-            (F.lit(1.0) - _ratio(F.col("allocated"), F.col("static_allocated"))).alias("savings_vs_static"),
-            (F.lit(1.0) - _ratio(F.col("allocated"), F.col("_prev_rules_allocated"))).alias("savings_vs_prev_rules"),
-            "met_steps",
-            _ratio(F.col("met_steps").cast("double"), F.col("steps")).alias("fulfilment"),
-            "shortfall_steps",
-            "shortfall_total",
-            "shortfall_max",
-            _ratio(F.col("used"), F.col("allocated")).alias("utilisation"),
-            order.alias("_order"),
-        )
-        .orderBy("resource", "_order")
-        .drop("_order")
-    )
-
-
 def phase_stats_for_policy(
     phase_stats_pdf: Any, quantile_cols: tuple[str, str] = ("cpu_p95", "mem_p95")
 ) -> dict[int, dict[str, float]]:
@@ -411,26 +343,7 @@ def phase_stats_for_policy(
     if "service" in pdf.columns:
         pdf = pdf[pdf["service"] == "__all__"]
     pdf = pdf[pdf["phase"].notna()]
-    return {int(r["phase"]): {"cpu": _finite(r[cpu_col]), "mem": _finite(r[mem_col])} for _, r in pdf.iterrows()}
-
-
-def phase_fraction_stats(phases_df: DataFrame, quantile: float = 0.95, accuracy: int = 10_000) -> dict[int, dict[str, float]]:
-    """``{phase: {"cpu_fraction": q, "mem_fraction": q}}``: the phase's ``quantile`` of usage / limit.
-
-    On a fleet of different container sizes an absolute statistic (cores, bytes) of a phase mixes small and
-    large containers; as a share of each container's own limit it transfers between them, so ``phase.rule``
-    allocates ``share * limit``. One Spark aggregation; only k rows reach the driver.
-    """
-    rows = (
-        phases_df.where(F.col("phase").isNotNull())
-        .groupBy("phase")
-        .agg(
-            F.percentile_approx(F.col("cpu_usage_cores") / F.col("cpu_num_cores"), quantile, accuracy).alias("cpu"),
-            F.percentile_approx(F.col("mem_current") / F.col("mem_limit"), quantile, accuracy).alias("mem"),
-        )
-        .collect()
-    )
-    return {int(r["phase"]): {"cpu_fraction": _finite(r["cpu"]), "mem_fraction": _finite(r["mem"])} for r in rows}
+    return {int(r["phase"]): {"cpu": finite_value(r[cpu_col]), "mem": finite_value(r[mem_col])} for _, r in pdf.iterrows()}
 
 
 _SUMMARY_FORMAT: tuple[tuple[str, str, int], ...] = (

@@ -8,7 +8,7 @@ Timestamps: a number is epoch seconds, or epoch milliseconds when it is at least
 year 5138); anything else is parsed as an ISO-8601 / ``yyyy-MM-dd HH:mm:ss`` string in UTC. A number outside
 years 1-9999 (or NaN/inf) is ``unparseable_timestamp``, never an overflow error of the whole job.
 
-Inputs that cannot be read at all are an :class:`IngestError` of one line naming the file: a missing path, an
+Inputs that cannot be read at all are an :class:`InputError` of one line naming the file: a missing path, an
 empty file (no header), a header lacking required columns (with a hint when the file looks delimited by another
 character than ``ingest.delimiter``). A header-only file ingests 0 rows. Extra columns are ignored (kept in
 quarantine's raw JSON); a blank service becomes ``unknown``.
@@ -21,18 +21,17 @@ already in bronze, the stored row wins: a rerun inserts nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ai4dl import lake
-from ai4dl.schema import (
+from ai4dl.errors import InputError
+from ai4dl.lake.schema import (
     BEHAVIOUR,
     BRONZE,
-    BRONZE_PARTITIONS,
     EVENT_DATE,
     METRICS,
     POD_ID,
@@ -41,6 +40,10 @@ from ai4dl.schema import (
     SOURCE_COLUMNS,
     TS,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ai4dl.config import IngestConfig
+    from ai4dl.lake.tables import Lake
 
 MILLIS_THRESHOLD = 1e11
 # Epoch seconds of 0001-01-01 and 10000-01-01: outside, a number is no timestamp Spark can hold.
@@ -55,10 +58,6 @@ USAGE_LIMITS = {
     "mem_working_set": "mem_limit",
 }
 PERCENTS = ("cpu_usage_pct", "cpu_usage_pct_container_requested", "mem_usage_pct")
-
-
-class IngestError(ValueError):
-    """An input that cannot be ingested at all (missing file or column); the message names file and column."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def read_source(spark: SparkSession, path: str, fmt: str = "csv", delimiter: str
     elif fmt in ("parquet", "delta"):
         df = spark.read.format(fmt).load(path)
     else:
-        raise IngestError(f"{path}: unknown input format '{fmt}' (csv, parquet or delta)")
+        raise InputError(f"{path}: unknown input format '{fmt}' (csv, parquet or delta)")
     return df.withColumn("source_file", F.col("_metadata.file_path")) if fmt != "delta" else df.withColumn(
         "source_file", F.lit(path)
     )
@@ -117,7 +116,7 @@ def _delimiter_hint(columns: list[str], delimiter: str) -> str:
 def _check_columns(df: DataFrame, mapping: dict[str, str], where: str, delimiter: str = ",") -> dict[str, str]:
     columns = [c for c in df.columns if c != "source_file"]
     if not columns:
-        raise IngestError(f"{where}: empty input (no header)")
+        raise InputError(f"{where}: empty input (no header)")
     present = {src: dst for src, dst in mapping.items() if src in df.columns}
     have = {dst for dst in present.values()}
     missing = [c for c in REQUIRED if c not in have]
@@ -128,7 +127,7 @@ def _check_columns(df: DataFrame, mapping: dict[str, str], where: str, delimiter
         shown = ", ".join(columns)
         if len(shown) > 300:
             shown = shown[:300] + "..."
-        raise IngestError(f"{where}: missing column(s) {names}{hint}; the file has: {shown}")
+        raise InputError(f"{where}: missing column(s) {names}{hint}; the file has: {shown}")
     return present
 
 
@@ -271,25 +270,25 @@ def to_quarantine(bad: DataFrame) -> DataFrame:
     return df.select(*[F.col(f.name).cast(f.dataType) for f in QUARANTINE.fields])
 
 
-def ingest(spark: SparkSession, cfg: dict[str, Any], path: str | None = None, fmt: str | None = None) -> IngestResult:
+def ingest(lake: Lake, settings: IngestConfig, path: str | None = None, fmt: str | None = None) -> IngestResult:
     """Ingest one export (file, folder or glob) into bronze and quarantine; rerunning it changes nothing."""
-    icfg = cfg["ingest"]
-    path = path or icfg["input"]
+    spark = lake.spark
+    path = path or settings.input
     if not path:
-        raise IngestError("no input: pass a path or set ingest.input")
-    fmt = fmt or icfg["format"]
+        raise InputError("no input: pass a path or set ingest.input")
+    fmt = fmt or settings.format
     try:
-        source = read_source(spark, path, fmt, icfg["delimiter"])
-    except IngestError:
+        source = read_source(spark, path, fmt, settings.delimiter)
+    except InputError:
         raise
     except Exception as exc:  # Spark's AnalysisException for a missing path: say it in one line
         text = str(exc)
         if "PATH_NOT_FOUND" in text or "does not exist" in text:
-            raise IngestError(f"{path}: no such input") from None
+            raise InputError(f"{path}: no such input") from None
         if "UNABLE_TO_INFER_SCHEMA" in text or "DELTA_MISSING_DELTA_TABLE" in text or "not a Delta table" in text:
-            raise IngestError(f"{path}: cannot read as {fmt} ({text.splitlines()[0][:200]})") from None
+            raise InputError(f"{path}: cannot read as {fmt} ({text.splitlines()[0][:200]})") from None
         raise
-    validated = validate(source, column_mapping(icfg["columns"]), float(icfg["max_usage_factor"]), where=path, delimiter=icfg["delimiter"])
+    validated = validate(source, column_mapping(dict(settings.columns)), settings.max_usage_factor, where=path, delimiter=settings.delimiter)
     # Only the narrow typed rows are cached (no raw JSON): one parse of the input serves the bronze MERGE and
     # the counts; the raw rows are re-read, filtered, for the quarantine alone.
     ranked = rank_duplicates(validated).persist(StorageLevel.MEMORY_AND_DISK)
@@ -298,14 +297,13 @@ def ingest(spark: SparkSession, cfg: dict[str, Any], path: str | None = None, fm
         counts = {r["s"]: r["n"] for r in ranked.groupBy(status.alias("s")).agg(F.count("*").alias("n")).collect()}
         n_kept, n_dups, n_bad = counts.get("kept", 0), counts.get("duplicate", 0), counts.get("bad", 0)
 
-        bronze_path = lake.table_path(cfg, "bronze")
         # The MERGE's own metrics: exact even when another ingest commits into the same table meanwhile.
         kept = ranked.where(F.col("_rank") == 1).drop("_rank")
-        merged = lake.merge_new(to_bronze(kept), bronze_path, BRONZE, key=[EVENT_DATE, POD_ID, TS], partition_by=BRONZE_PARTITIONS)
+        merged = lake.merge_new("bronze", to_bronze(kept))
         bad = validated.where(F.col("reasons").isNotNull()).select("source_file", "raw", "reasons")
         if n_dups:
             bad = bad.withColumn("occurrences", F.lit(1).cast("long")).unionByName(duplicate_rows(validated, ranked))
-        q = lake.merge_new(to_quarantine(bad), lake.table_path(cfg, "quarantine"), QUARANTINE, key=["source_file", "raw_hash", "reason"])
+        q = lake.merge_new("quarantine", to_quarantine(bad))
         return IngestResult(
             read=n_kept + n_dups + n_bad,
             valid=n_kept,

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from ai4dl.crbm import CRBMWeights
-from ai4dl.model import ModelError, PhaseModel
-from ai4dl.scaler import Scaler
-from ai4dl.schema import lake_name
+from ai4dl.method.crbm import CRBMWeights
+from ai4dl.method.model import ModelError, PhaseModel
+from ai4dl.method.scaler import Scaler
+from ai4dl.lake.columns import lake_name
 
 REFERENCE_FORMAT = "ai4dl-reference-crbm-kmeans/1"
 

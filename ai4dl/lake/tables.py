@@ -1,12 +1,18 @@
-"""Where each table lives, and the Delta writes every job shares: atomic overwrite, MERGE on a key, run log.
+"""The lake: tables by logical name behind one handle, and the Delta writes every stage shares.
 
-Tables are addressed by path (``<lake.root>/<layer>/<name>``) so the same job runs on local disk, HDFS, S3 or
-DBFS; :func:`register_views` puts SQL names on them for BI tools.
+:class:`Lake` is to the whole lake what ``DeltaTable.forPath`` is to one table: ``lake.read("silver")``,
+``lake.overwrite("phases", df, properties=...)``, ``lake.merge_new("bronze", df)``, ``lake.properties(...)``,
+``lake.version(...)``, ``lake.log_run(...)``. Each logical name knows its path under the root
+(``<root>/<layer>/<name>``), its declared schema, partitioning, MERGE key and Z-order columns
+(:data:`TABLES`), so no stage repeats them. Paths and URIs are joined in one place (:func:`join_path`), so
+the same job runs on local disk, HDFS, S3 or DBFS. The path-level functions below (:func:`overwrite`,
+:func:`merge_new`, :func:`properties`) do the work and are usable on any Delta path.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -15,48 +21,115 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pyspark.sql import DataFrame, SparkSession
-
 from pyspark.sql.types import StructType
 
-from ai4dl.schema import RUN_LOG
+from ai4dl.errors import ConfigError, MissingTableError
+from ai4dl.lake import schema as S
 
 MERGE_RETRIES = 6
 
-TABLES = {
-    "bronze": "bronze/traces",
-    "quarantine": "bronze/quarantine",
-    "silver": "silver/windows",
-    "phases": "silver/phases",
-    "sequences": "gold/phase_sequences",
-    "transitions": "gold/phase_transitions",
-    "phase_stats": "gold/phase_stats",
-    "policy_replay": "gold/policy_replay",
-    "run_log": "_meta/run_log",
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What the lake knows about one logical table."""
+
+    path: str  # relative to the lake root
+    schema: StructType
+    partition_by: tuple[str, ...] = ()
+    key: tuple[str, ...] = ()  # MERGE key of append-only tables
+    zorder: tuple[str, ...] = ()  # OPTIMIZE ZORDER BY columns (rows of one container together)
+
+
+TABLES: dict[str, TableSpec] = {
+    "bronze": TableSpec("bronze/traces", S.BRONZE, S.BRONZE_PARTITIONS, (S.EVENT_DATE, S.POD_ID, S.TS), (S.POD_ID, S.TS)),
+    "quarantine": TableSpec("bronze/quarantine", S.QUARANTINE, (), ("source_file", "raw_hash", "reason")),
+    "silver": TableSpec("silver/windows", S.SILVER, S.SILVER_PARTITIONS, (), (S.POD_ID, S.TS)),
+    "phases": TableSpec("silver/phases", S.PHASES, S.PHASES_PARTITIONS, (), (S.POD_ID, S.TS)),
+    "sequences": TableSpec("gold/phase_sequences", S.PHASE_SEQUENCES, (S.SERVICE,), (), (S.POD_ID,)),
+    "transitions": TableSpec("gold/phase_transitions", S.TRANSITIONS),
+    "phase_stats": TableSpec("gold/phase_stats", S.PHASE_STATS),
+    "policy_replay": TableSpec("gold/policy_replay", S.POLICY_REPLAY),
+    "run_log": TableSpec("_meta/run_log", S.RUN_LOG),
 }
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
-def table_path(cfg: dict[str, Any], name: str) -> str:
-    """Path of a lake table by its logical name (see :data:`TABLES`)."""
-    root = cfg["lake"]["root"]
-    rel = TABLES[name]
-    from ai4dl.session import is_uri
 
-    if is_uri(root):  # hdfs://, s3a://, abfss://, dbfs:/ ...
-        return f"{root.rstrip('/')}/{rel}"
-    return str(Path(root).absolute() / rel)
+def is_uri(path: str) -> bool:
+    """``hdfs://…``, ``s3a://…``, ``dbfs:/…``: a Hadoop URI, not a local path (a Windows drive is not expected)."""
+    return bool(_URI.match(str(path)))
+
+
+def join_path(root: str, *parts: str) -> str:
+    """``root/part/...`` for a URI root (kept as is) or a local one (made absolute): the one place paths join."""
+    if is_uri(root):
+        return "/".join([str(root).rstrip("/"), *parts])
+    return str(Path(root).absolute().joinpath(*parts))
+
+
+def spec(name: str) -> TableSpec:
+    if name not in TABLES:
+        raise ConfigError(f"unknown table '{name}' (known: {', '.join(TABLES)})")
+    return TABLES[name]
+
+
+class Lake:
+    """All tables of one lake root, by logical name (like ``DeltaTable.forPath``, for the whole lake).
+
+    >>> Lake(None, "s3a://bucket/lake").path("silver")
+    's3a://bucket/lake/silver/windows'
+    """
+
+    def __init__(self, spark: SparkSession | None, root: str) -> None:
+        self.spark = spark
+        self.root = str(root)
+
+    @classmethod
+    def for_config(cls, spark: SparkSession, cfg: Any) -> "Lake":
+        return cls(spark, cfg.lake.root)
+
+    def path(self, name: str) -> str:
+        return join_path(self.root, spec(name).path)
+
+    def exists(self, name: str) -> bool:
+        return exists(self.spark, self.path(name))
+
+    def read(self, name: str) -> DataFrame:
+        path = self.path(name)
+        if not exists(self.spark, path):
+            raise MissingTableError(f"table '{name}' does not exist yet at {path}; run the stage that writes it first")
+        return self.spark.read.format("delta").load(path)
+
+    def count(self, name: str) -> int:
+        return self.read(name).count()
+
+    def overwrite(self, name: str, df: DataFrame, properties: dict[str, str] | None = None) -> None:
+        s = spec(name)
+        overwrite(df, self.path(name), s.schema, s.partition_by, properties)
+
+    def merge_new(self, name: str, df: DataFrame) -> "MergeOutcome":
+        s = spec(name)
+        return merge_new(df, self.path(name), s.schema, list(s.key), s.partition_by)
+
+    def properties(self, name: str) -> dict[str, str]:
+        return properties(self.spark, self.path(name))
+
+    def version(self, name: str) -> int | None:
+        return version(self.spark, self.path(name))
+
+    def optimize(self, name: str) -> dict[str, Any]:
+        return optimize(self.spark, self.path(name), spec(name).zorder)
+
+    def log_run(self, job: str, written: dict[str, int | None], config_digest: str,
+                versions: dict[str, int | None] | None = None) -> str:
+        return log_run(self, job, written, config_digest, versions)
 
 
 def exists(spark: SparkSession, path: str) -> bool:
     from delta.tables import DeltaTable
 
     return DeltaTable.isDeltaTable(spark, path)
-
-
-def read(spark: SparkSession, cfg: dict[str, Any], name: str) -> DataFrame:
-    path = table_path(cfg, name)
-    if not exists(spark, path):
-        raise FileNotFoundError(f"table '{name}' does not exist yet at {path}; run the job that writes it first")
-    return spark.read.format("delta").load(path)
 
 
 def version(spark: SparkSession, path: str) -> int | None:
@@ -280,67 +353,59 @@ def _committed_version(spark: SparkSession, path: str, token: str) -> int | None
     return None  # a MERGE with nothing to insert may commit nothing
 
 
-# Z-order columns per table: rows of one container sit together inside each partition, so a query for one
-# pod (or a time range of it) reads few files thanks to Delta's per-file min/max statistics.
-ZORDER = {
-    "bronze": ("pod_id", "ts"),
-    "silver": ("pod_id", "ts"),
-    "phases": ("pod_id", "ts"),
-    "sequences": ("pod_id",),
-}
-
-
-def optimize(spark: SparkSession, cfg: dict[str, Any], name: str) -> dict[str, Any]:
-    """Compact a table's small files (Delta OPTIMIZE), Z-ordered where :data:`ZORDER` says; returns the metrics.
+def optimize(spark: SparkSession, path: str, zorder: Iterable[str] = ()) -> dict[str, Any]:
+    """Compact a table's small files (Delta OPTIMIZE), Z-ordered by ``zorder`` when given; returns the metrics.
 
     Partitioning (service, event date) already lets a query for one service or one day skip the rest of the
-    fleet; OPTIMIZE keeps the number of files per partition small after many incremental ingests.
+    fleet; OPTIMIZE keeps the number of files per partition small after many incremental ingests, and Z-order
+    keeps one container's rows in few files (Delta's per-file min/max statistics skip the others).
     """
     from delta.tables import DeltaTable
 
-    path = table_path(cfg, name)
     if not exists(spark, path):
         return {}
     builder = DeltaTable.forPath(spark, path).optimize()
-    result = builder.executeZOrderBy(*ZORDER[name]) if name in ZORDER else builder.executeCompaction()
+    cols = tuple(zorder)
+    result = builder.executeZOrderBy(*cols) if cols else builder.executeCompaction()
     metrics = result.select("metrics.numFilesAdded", "metrics.numFilesRemoved").first()
     return {"files_added": metrics[0], "files_removed": metrics[1]}
 
 
 def log_run(
-    spark: SparkSession,
-    cfg: dict[str, Any],
+    lake: Lake,
     job: str,
-    written: dict[str, int],
+    written: dict[str, int | None],
     config_digest: str,
     versions: dict[str, int | None] | None = None,
-) -> None:
-    """Append what a job wrote (table, Delta version, rows) to the run-log table.
+) -> str:
+    """Append what a job wrote (table, Delta version, rows) to the run-log table; returns the run id.
 
     ``versions`` gives the exact versions a job committed (e.g. from :func:`merge_new`); otherwise the table's
     current version is recorded. A name that is not a lake table (e.g. a model directory) is logged as is,
-    without a Delta version.
+    without a Delta version. A stage that wrote nothing still leaves one row (table ``-``), so every run shows.
     """
+    spark = lake.spark
     run_id = uuid.uuid4().hex[:12]
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     versions = versions or {}
     rows = []
-    for name, n in written.items():
+    for name, n in (written or {"-": None}).items():
         if name in versions:
             v = versions[name]
         elif name in TABLES:
-            v = version(spark, table_path(cfg, name))
+            v = lake.version(name)
         else:
             v = None
         rows.append((run_id, job, name, None if v is None else int(v), None if n is None else int(n), config_digest, now))
-    path = table_path(cfg, "run_log")
-    ensure_table(spark, path, RUN_LOG)
-    frame = spark.createDataFrame(rows, RUN_LOG)
+    path = lake.path("run_log")
+    ensure_table(spark, path, S.RUN_LOG)
+    frame = spark.createDataFrame(rows, S.RUN_LOG)
     for attempt in range(MERGE_RETRIES):  # appends never conflict with appends, but be safe with a concurrent create
         try:
             frame.write.format("delta").mode("append").save(path)
-            return
+            return run_id
         except Exception as exc:
             if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
+    return run_id

@@ -9,7 +9,7 @@ ascent, one update per mini-batch.
 
 torch is imported lazily. :class:`CRBMWeights` and :func:`encode` are numpy-only because encoding runs
 inside Spark executors, which need not have torch installed; :class:`CRBM` (a ``torch.nn.Module``) and
-:func:`train_crbm` import torch on first use. ``from ai4dl.crbm import CRBM`` still works: the class is
+:func:`train_crbm` import torch on first use. ``from ai4dl.method.crbm import CRBM`` still works: the class is
 built on first access through the module ``__getattr__``.
 """
 

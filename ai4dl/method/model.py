@@ -24,17 +24,14 @@ from typing import Any
 import numpy as np
 
 from ai4dl import __version__
-from ai4dl.crbm import CRBMWeights
-from ai4dl.scaler import Scaler
+from ai4dl.errors import ModelError
+from ai4dl.method.crbm import CRBMWeights
+from ai4dl.method.scaler import Scaler
 
 FORMAT = "ai4dl-phase-model/1"
 MANIFEST = "manifest.json"
 SCALER_FILE = "scaler.json"
 WEIGHTS_FILE = "weights.safetensors"
-
-
-class ModelError(ValueError):
-    """A model directory that cannot be used, or a model that does not fit the table it is applied to."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +92,16 @@ class PhaseModel:
             h.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
         h.update(json.dumps({str(p): list(ids) for p, (_, ids) in self.refinements.items()}, sort_keys=True).encode())
         return h.hexdigest()[:16]
+
+    def transform(self, windows: Any, engine: str = "arrow", model_id: str | None = None) -> Any:
+        """Silver windows -> phases rows (schema ``PHASES``), labelled in the executors batch by batch.
+
+        Like a fitted ``pyspark.ml`` model: lazy, returns a DataFrame; see :mod:`ai4dl.method.labelling` for
+        the engines and :func:`ai4dl.method.labelling.label_arrays` for the same on numpy arrays.
+        """
+        from ai4dl.method.labelling import label
+
+        return label(windows, self, model_id, engine)
 
     def with_info(self, **info: Any) -> "PhaseModel":
         return replace(self, info={**self.info, **info})

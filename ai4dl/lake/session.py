@@ -7,50 +7,41 @@ owns master, JARs and memory, and a job must not fight it.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
+
+from ai4dl.errors import SparkSetupError
+from ai4dl.lake.tables import join_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ai4dl.config import Config
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
-def build_spark_conf(cfg: dict[str, Any]) -> dict[str, str]:
+def build_spark_conf(cfg: "Config") -> dict[str, str]:
     """Spark properties for a job config, before Delta's JARs are added."""
-    s = cfg["spark"]
+    s = cfg.spark
     conf = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
-        "spark.sql.shuffle.partitions": str(s["shuffle_partitions"]),
-        "spark.sql.execution.arrow.pyspark.enabled": str(bool(s["arrow"])).lower(),
-        "spark.sql.execution.arrow.maxRecordsPerBatch": str(s["arrow_max_records_per_batch"]),
+        "spark.sql.shuffle.partitions": str(s.shuffle_partitions),
+        "spark.sql.execution.arrow.pyspark.enabled": str(bool(s.arrow)).lower(),
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(s.arrow_max_records_per_batch),
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.memory": str(s["driver_memory"]),
+        "spark.driver.memory": str(s.driver_memory),
         "spark.ui.showConsoleProgress": "false",
         # Delta: let MERGE/overwrite evolve nothing silently; schemas are declared in ai4dl.schema.
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
-        "spark.sql.warehouse.dir": _join(cfg["lake"]["root"], "_warehouse"),
+        "spark.sql.warehouse.dir": join_path(cfg.lake.root, "_warehouse"),
     }
-    if s.get("ivy_cache"):
-        conf["spark.jars.ivy"] = str(Path(s["ivy_cache"]).absolute())
-    conf.update({k: str(v) for k, v in (s.get("conf") or {}).items()})
+    if s.ivy_cache:
+        conf["spark.jars.ivy"] = str(Path(s.ivy_cache).absolute())
+    conf.update({k: str(v) for k, v in (s.conf or {}).items()})
     return conf
-
-
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-def is_uri(path: str) -> bool:
-    """``hdfs://…``, ``s3a://…``, ``dbfs:/…``: a Hadoop URI, not a local path (a Windows drive is not expected)."""
-    return bool(_URI.match(str(path)))
-
-
-def _join(root: str, child: str) -> str:
-    if is_uri(root):
-        return f"{str(root).rstrip('/')}/{child}"
-    return str(Path(root).absolute() / child)
 
 
 def launched_by_spark_submit() -> bool:
@@ -58,7 +49,7 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def get_spark(cfg: dict[str, Any]) -> SparkSession:
+def get_spark(cfg: "Config") -> SparkSession:
     """The active session if there is one (Databricks, a notebook, a test fixture), else a new Delta session.
 
     Under spark-submit the JVM already exists: ``--master``, ``--packages`` and ``--driver-memory`` given to
@@ -75,9 +66,9 @@ def get_spark(cfg: dict[str, Any]) -> SparkSession:
     # Executors must run the same Python as the driver (a venv), also on a standalone cluster.
     os.environ.setdefault("PYSPARK_PYTHON", os.environ.get("PYSPARK_DRIVER_PYTHON", _python()))
     submitted = launched_by_spark_submit()
-    builder = SparkSession.builder.appName(cfg["spark"]["app_name"])
+    builder = SparkSession.builder.appName(cfg.spark.app_name)
     if not (submitted and SparkConf().contains("spark.master")):
-        builder = builder.master(cfg["spark"]["master"])
+        builder = builder.master(cfg.spark.master)
     for key, value in build_spark_conf(cfg).items():
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder).getOrCreate()
@@ -85,10 +76,6 @@ def get_spark(cfg: dict[str, Any]) -> SparkSession:
     if submitted:
         _require_delta(spark)
     return spark
-
-
-class SparkSetupError(RuntimeError):
-    """The Spark environment cannot run ai4dl as started (e.g. Delta missing under spark-submit)."""
 
 
 def _require_delta(spark: SparkSession) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 
-from ai4dl.schema import GENERATED_SOURCE
+from ai4dl.lake.schema import GENERATED_SOURCE
 
 WARMUP = "warmup"
 MEM_LOAD_UNLOAD = "mem_load_unload"

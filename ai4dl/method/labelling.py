@@ -15,16 +15,16 @@ Two interchangeable engines (``label.engine``), both Arrow-backed and batch-at-a
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from ai4dl.errors import ConfigError, ModelError
+from ai4dl.method.crbm import CRBMWeights, encode
+from ai4dl.method.model import PhaseModel
 
-from ai4dl import lake
-from ai4dl.crbm import CRBMWeights, encode
-from ai4dl.model import ModelError, PhaseModel
-from ai4dl.schema import PHASES, PHASES_PARTITIONS
+if TYPE_CHECKING:  # pragma: no cover - the kernel runs without Spark; the engines need it
+    from pyspark.sql import DataFrame
 
 
 def nearest(centers: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -51,11 +51,36 @@ def assign(
     return phase, dist
 
 
-def label_arrays(model: PhaseModel, x: np.ndarray, cond: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(phase, distance, activations) of full-history windows, on the driver: the reference for the UDF."""
-    h = encode(model.crbm, x, cond)
-    phase, dist = assign(model.centers, model.refinements, h)
+def label_batch(
+    weights: CRBMWeights,
+    centers: np.ndarray | None,
+    refinements: dict[int, tuple[np.ndarray, tuple[int, ...]]],
+    x: np.ndarray,
+    cond: np.ndarray,
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """The per-batch kernel of both engines: (phase, distance, activations) of full-history windows.
+
+    One matrix product encodes the batch, one distance computation assigns it; ``centers=None`` encodes only
+    (training clusters the activations before there are centres).
+
+    One hidden unit, two visible units, one step of history; all weights zero, so every code is sigmoid(0):
+
+    >>> w = CRBMWeights(W=np.zeros((1, 2)), B=np.zeros((1, 2)), A=np.zeros((2, 2)), v_bias=np.zeros(2), h_bias=np.zeros(1))
+    >>> phase, dist, h = label_batch(w, np.array([[0.0], [0.4]]), {}, np.ones((3, 2)), np.ones((3, 2)))
+    >>> phase.tolist(), np.round(dist, 3).tolist(), h.ravel().tolist()
+    ([1, 1, 1], [0.1, 0.1, 0.1], [0.5, 0.5, 0.5])
+    """
+    h = encode(weights, x, cond)
+    if centers is None:
+        return None, None, h
+    phase, dist = assign(centers, refinements, h)
     return phase, dist, h
+
+
+def label_arrays(model: PhaseModel, x: np.ndarray, cond: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(phase, distance, activations) of full-history windows, on the driver: the reference for the engines."""
+    phase, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+    return phase, dist, h  # type: ignore[return-value]
 
 
 def check_compatible(model: PhaseModel, features: tuple[str, ...], n_history: int, scaler_digest: str | None) -> None:
@@ -94,16 +119,19 @@ def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int,
 
 def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, engine: str = "arrow") -> DataFrame:
     """Phases rows (schema :data:`ai4dl.schema.PHASES`) for a silver DataFrame."""
+    from ai4dl.lake.schema import PHASES
+
     if engine not in ENGINES:
-        raise ValueError(f"unknown labelling engine '{engine}' (known: {', '.join(ENGINES)})")
+        raise ConfigError(f"label.engine: {engine!r} is not allowed: one of {', '.join(ENGINES)}")
     spark = silver.sparkSession
     payload = {"arrays": model.arrays(), "refine_ids": {p: ids for p, (_, ids) in model.refinements.items()}}
     bc = spark.sparkContext.broadcast(payload)
     n_vis, n_cond = model.crbm.n_visible, model.crbm.n_visible * model.n_history
     mid = model_id or model.model_id
     cols = [*PASSTHROUGH, "features", "history", "has_full_history"]
+    names = PHASES.fieldNames()
     if engine == "arrow":
-        return silver.select(*cols).mapInArrow(_arrow_labeller(bc, n_vis, n_cond, mid), PHASES)
+        return silver.select(*cols).mapInArrow(_arrow_labeller(bc, n_vis, n_cond, mid, names), PHASES)
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         weights, centers, refinements = _unpack(bc.value)
@@ -116,8 +144,7 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
             if full.any():
                 x = stack_rows(pdf["features"][full], n_vis)
                 cond = stack_rows(pdf["history"][full], n_cond)
-                h = encode(weights, x, cond)
-                ph, d = assign(centers, refinements, h)
+                ph, d, h = label_batch(weights, centers, refinements, x, cond)
                 phase[full], dist[full] = ph, d
                 idx = np.flatnonzero(full)
                 for i, row in zip(idx, h):
@@ -126,7 +153,7 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
             out["distance"] = dist
             out["activations"] = acts
             out["model_id"] = mid
-            yield out[PHASES.fieldNames()]
+            yield out[names]
 
     return silver.select(*cols).mapInPandas(run, PHASES)
 
@@ -139,7 +166,8 @@ def _matrix(column: Any, rows: Any, width: int) -> np.ndarray:
     return flat.to_numpy(zero_copy_only=False).astype(np.float64, copy=False).reshape(-1, width)
 
 
-def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str):
+def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str, names: list[str]):
+    """``names``: the PHASES columns in order (mapInArrow matches columns by position)."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
@@ -154,8 +182,9 @@ def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str):
             dist = np.zeros(n, dtype=np.float64)
             values = np.zeros((0, n_hidden))
             if full.any():
-                h = encode(weights, _matrix(batch.column("features"), full_col, n_vis), _matrix(batch.column("history"), full_col, n_cond))
-                ph, d = assign(centers, refinements, h)
+                x = _matrix(batch.column("features"), full_col, n_vis)
+                cond = _matrix(batch.column("history"), full_col, n_cond)
+                ph, d, h = label_batch(weights, centers, refinements, x, cond)
                 phase[full], dist[full], values = ph, d, h
             missing = pa.array(~full)
             offsets = np.zeros(n + 1, dtype=np.int32)
@@ -167,7 +196,6 @@ def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str):
                 "activations": activations,
                 "model_id": pa.array(np.full(n, model_id, dtype=object), type=pa.string()),
             }
-            names = PHASES.fieldNames()  # mapInArrow matches columns by position
             columns = [computed[c] if c in computed else batch.column(c) for c in names]
             if out_schema is None:
                 out_schema = pa.schema([pa.field(nm, col.type) for nm, col in zip(names, columns)])
@@ -176,22 +204,42 @@ def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str):
     return run
 
 
-def run_label(spark: SparkSession, cfg: dict[str, Any], model: PhaseModel, model_id: str | None = None) -> dict[str, int]:
-    """Silver -> phases table (replaced atomically), after checking the model fits the silver table."""
-    from ai4dl.windowing import silver_scaler
+def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> DataFrame:
+    """``pod_id``, ``ts``, ``behaviour`` and the CRBM ``activations`` of full-history windows (for k-means).
 
-    silver_path = lake.table_path(cfg, "silver")
-    silver = lake.read(spark, cfg, "silver")
-    scaler, n_history = silver_scaler(spark, silver_path)
-    check_compatible(model, scaler.features, n_history, scaler.digest)
-    phases = label(silver, model, model_id, engine=cfg["label"]["engine"])
-    path = lake.table_path(cfg, "phases")
-    lake.overwrite(phases, path, PHASES, partition_by=PHASES_PARTITIONS, properties={"ai4dl.model_id": model_id or model.model_id})
-    counts = spark.read.format("delta").load(path).groupBy("phase").count().orderBy("phase").collect()
-    total = sum(r["count"] for r in counts)
-    shown = ", ".join(f"{'none' if r['phase'] is None else r['phase']}: {r['count']}" for r in counts)
-    print(f"phases: {total} steps labelled ({shown}) -> {path}")
-    return {"phases": total}
+    The same Arrow path and kernel as :func:`label`, without centres: training encodes its windows before it
+    has any.
+    """
+    import pyspark.sql.types as T
+
+    spark = windows.sparkSession
+    bc = spark.sparkContext.broadcast({"arrays": crbm.as_dict()})
+    n_vis, n_cond = crbm.n_visible, crbm.n_visible * n_history
+    schema = T.StructType([
+        T.StructField("pod_id", T.StringType(), False),
+        T.StructField("ts", T.TimestampType(), False),
+        T.StructField("behaviour", T.StringType(), True),
+        T.StructField("activations", T.ArrayType(T.DoubleType(), False), False),
+    ])
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        a = bc.value["arrays"]
+        weights = CRBMWeights.from_dict({k: a[k] for k in ("W", "B", "A", "v_bias", "h_bias")})
+        for batch in batches:
+            full_col = batch.column("has_full_history")
+            full = full_col.to_numpy(zero_copy_only=False).astype(bool)
+            _, _, h = label_batch(weights, None, {}, _matrix(batch.column("features"), full_col, n_vis),
+                                  _matrix(batch.column("history"), full_col, n_cond))
+            offsets = np.arange(len(h) + 1, dtype=np.int32) * weights.n_hidden
+            acts = pa.ListArray.from_arrays(pa.array(offsets), pa.array(h.ravel()))
+            mask = pa.array(full)
+            cols = [batch.column(c).filter(mask) for c in ("pod_id", "ts", "behaviour")]
+            yield pa.RecordBatch.from_arrays([*cols, acts], names=schema.fieldNames())
+
+    cols = ["pod_id", "ts", "behaviour", "features", "history", "has_full_history"]
+    return windows.where("has_full_history").select(*cols).mapInArrow(run, schema)
 
 
-__all__ = ["assign", "check_compatible", "label", "label_arrays", "nearest", "run_label"]
+__all__ = ["assign", "check_compatible", "encode_windows", "label", "label_arrays", "label_batch", "nearest"]

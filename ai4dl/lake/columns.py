@@ -1,0 +1,81 @@
+"""Column names of the lake and of the source exports: plain strings, importable without Spark.
+
+Column names inside the lake are snake_case: the dotted names of the DLaaS export (``pod.id``, ``cpu.usage``)
+need back-quoting in every SQL expression and confuse BI tools, so ingest renames them once, through
+:data:`SOURCE_COLUMNS`, and every later stage speaks only the names below.
+"""
+
+from __future__ import annotations
+
+# Natural key of a sample: one row per container per timestamp.
+POD_ID = "pod_id"
+SERVICE = "service"
+TS = "ts"
+EVENT_DATE = "event_date"
+BEHAVIOUR = "behaviour"  # ground truth, only in generated traces
+
+# Metric columns, in the order of the reference export.
+METRICS: tuple[str, ...] = (
+    "cpu_num_cores",
+    "cpu_usage",
+    "cpu_usage_cores",
+    "cpu_usage_pct",
+    "cpu_usage_pct_container_requested",
+    "mem_current",
+    "mem_limit",
+    "mem_usage_pct",
+    "mem_working_set",
+)
+
+# Default CRBM features: the eight the original AI4DL DLaaS model was trained on (all metrics but the core count).
+DEFAULT_FEATURES: tuple[str, ...] = (
+    "cpu_usage",
+    "cpu_usage_cores",
+    "cpu_usage_pct",
+    "cpu_usage_pct_container_requested",
+    "mem_current",
+    "mem_limit",
+    "mem_usage_pct",
+    "mem_working_set",
+)
+
+# Source (export) name -> lake name. Overridable per job through the ``ingest.columns`` config key.
+SOURCE_COLUMNS: dict[str, str] = {
+    "timestamp": TS,
+    "service": SERVICE,
+    "pod.id": POD_ID,
+    **{m.replace("_", "."): m for m in METRICS},
+    "behaviour": BEHAVIOUR,
+}
+
+
+def lake_name(source_name: str) -> str:
+    """Lake column of a source column name (``cpu.usage.pct`` -> ``cpu_usage_pct``)."""
+    return SOURCE_COLUMNS.get(source_name, source_name.replace(".", "_"))
+
+
+def source_name(lake: str) -> str:
+    """Source (export) column name of a lake column."""
+    for src, dst in SOURCE_COLUMNS.items():
+        if dst == lake:
+            return src
+    return lake
+
+
+# The policy replay's rows, one per (container, policy, resource): (name, Spark SQL type, nullable). Declared
+# here, without Spark, because the pure replay (:mod:`ai4dl.policies.replay`) builds these frames itself;
+# :data:`ai4dl.lake.schema.POLICY_REPLAY` is the Spark schema built from it.
+POLICY_REPLAY_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("pod_id", "string", False),
+    ("service", "string", True),
+    ("policy", "string", False),
+    ("resource", "string", False),  # cpu | mem
+    ("steps", "bigint", False),  # steps with known usage and limit
+    ("used", "double", False),  # sum of usage over those steps
+    ("allocated", "double", False),  # sum of the policy's allocation
+    ("static_allocated", "double", False),  # sum of the limit
+    ("met_steps", "bigint", False),  # allocation >= usage
+    ("shortfall_steps", "bigint", False),
+    ("shortfall_total", "double", False),  # sum of max(usage - allocation, 0)
+    ("shortfall_max", "double", False),  # 0 without steps
+)

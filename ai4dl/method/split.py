@@ -1,0 +1,52 @@
+"""The train/held-out split of containers: one object, so every stage agrees on who trained and who is scored.
+
+A container goes to training when a hash of its id (xxhash64 with the split seed, as Spark computes it) falls
+below ``train_fraction`` of the hash range: the same containers train on every run, machine and engine, and a
+container never has windows on both sides. The scaler is fitted, the CRBM and k-means trained, and the policy
+statistics calibrated on the training side only; quality and savings are scored on the held-out side.
+
+>>> ContainerSplit(0.8, 42)
+ContainerSplit(train_fraction=0.8, seed=42)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ai4dl.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import Column, DataFrame
+
+_BUCKETS = 10_000
+
+
+@dataclass(frozen=True)
+class ContainerSplit:
+    train_fraction: float = 0.8
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        if not 0.0 < float(self.train_fraction) <= 1.0:
+            raise ConfigError(f"window.train_fraction: {self.train_fraction!r} is not allowed: a number in (0, 1]")
+
+    def is_training(self, pod_id: "Column") -> "Column":
+        """A boolean column: this container belongs to the training side."""
+        from pyspark.sql import functions as F
+
+        bucket = F.pmod(F.xxhash64(pod_id, F.lit(int(self.seed))), F.lit(_BUCKETS))
+        return bucket < F.lit(int(round(float(self.train_fraction) * _BUCKETS)))
+
+    def training(self, df: "DataFrame", pod_column: str = "pod_id") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        return df.where(self.is_training(F.col(pod_column)))
+
+    def held_out(self, df: "DataFrame", pod_column: str = "pod_id") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        return df.where(~self.is_training(F.col(pod_column)))
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"train_fraction": float(self.train_fraction), "seed": int(self.seed)}

@@ -1,0 +1,208 @@
+"""The estimator: ``PhaseEstimator(train, split).fit(silver) -> PhaseModel``, like ``pyspark.ml``'s fit -> model.
+
+Fitting draws a stratified sample of training windows (``train.sample_size`` windows, at most
+``train.max_per_container`` from one container, so long traces do not dominate), trains the CRBM on the driver
+(or data-parallel with TorchDistributor), encodes every training window in the executors with the trained CRBM
+(:func:`ai4dl.method.labelling.encode_windows`) and clusters the encodings with Spark ML k-means. The model
+records its whole training section and the split, so :meth:`PhaseEstimator.from_model` retrains it as it was.
+Held-out containers (the complement of the split) score the result (:func:`score`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import numpy as np
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from ai4dl import __version__
+from ai4dl.config import TrainConfig
+from ai4dl.errors import InputError, ModelError
+from ai4dl.lake.columns import POD_ID
+from ai4dl.method.clustering import adjusted_rand_index, contingency, fit_centers, k_report
+from ai4dl.method.crbm import train_crbm
+from ai4dl.method.labelling import encode_windows, stack_rows
+from ai4dl.method.model import PhaseModel
+from ai4dl.method.scaler import Scaler
+from ai4dl.method.split import ContainerSplit
+
+
+def stratified_sample(windows: DataFrame, size: int, per_container: int, seed: int) -> DataFrame:
+    """At most ``per_container`` random windows of each container, then at most ``size`` overall."""
+    order = Window.partitionBy(POD_ID).orderBy(F.rand(seed), "ts")
+    capped = windows.withColumn("_r", F.row_number().over(order)).where(F.col("_r") <= per_container).drop("_r")
+    return capped.orderBy(F.xxhash64(POD_ID, "ts", F.lit(seed))).limit(size)
+
+
+def _matrices(df: DataFrame, n_vis: int, n_cond: int) -> tuple[np.ndarray, np.ndarray]:
+    pdf = df.select("features", "history").toPandas()
+    if pdf.empty:
+        raise InputError("no training windows with full history; ingest and window more data first")
+    x = stack_rows(pdf["features"], n_vis)
+    cond = stack_rows(pdf["history"], n_cond)
+    return x, cond
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseEstimator:
+    """CRBM + k-means over silver windows; every parameter is validated by :class:`~ai4dl.config.TrainConfig`."""
+
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    split: ContainerSplit = dataclasses.field(default_factory=ContainerSplit)
+
+    def get_params(self) -> dict[str, Any]:
+        """Every parameter (the training section and the split), as stored in a fitted model."""
+        return {"train": dataclasses.asdict(self.train), "split": self.split.as_dict()}
+
+    @classmethod
+    def from_model(cls, model: PhaseModel) -> "PhaseEstimator":
+        """The estimator a model was fitted with: refit it on new windows to retrain it as it was."""
+        params = model.info.get("params")
+        if not params:
+            raise ModelError("this model records no training parameters (imported or trained by an older ai4dl)")
+        from ai4dl.config import from_dict
+
+        train = from_dict({"train": params["train"]}).train
+        return cls(train, ContainerSplit(**params["split"]))
+
+    def fit(self, silver: DataFrame, scaler: Scaler, n_history: int, log: Callable[[str], Any] | None = print) -> PhaseModel:
+        """Fit on the training side of ``silver`` (windows built with ``scaler`` and ``n_history``)."""
+        log = log or (lambda *_: None)
+        t = self.train
+        windows = self.split.training(silver.where(F.col("has_full_history")))
+        sample = stratified_sample(windows, t.sample_size, t.max_per_container, t.seed)
+        x, cond = _matrices(sample, len(scaler.features), len(scaler.features) * n_history)
+        log(f"train: CRBM on {len(x)} sampled windows ({len(scaler.features)} features, history {n_history})")
+        t0 = time.time()
+        if t.distributor_processes > 1:
+            result = train_distributed(x, cond, _crbm_params(t), t.distributor_processes, log=log)
+        else:
+            result = train_crbm(x, cond, **_crbm_params(t), log=log)
+        crbm_seconds = time.time() - t0
+        encoded = encode_windows(windows, result.weights, n_history)
+        k_scores = None
+        if t.k_range:
+            lo, hi = t.k_range
+            k_scores = k_report(encoded, range(lo, hi + 1), t.seed)
+            for k, sil, inertia in k_scores:
+                log(f"train: k={k:2d} silhouette={sil:.3f} inertia={inertia:.1f}")
+        centers = fit_centers(encoded, t.k, t.seed)
+        span = windows.agg(F.min("ts").alias("lo"), F.max("ts").alias("hi"), F.countDistinct(POD_ID).alias("n")).first()
+        info = {
+            "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "training_data": {
+                "containers": int(span["n"]),
+                "from": str(span["lo"]),
+                "to": str(span["hi"]),
+                "sampled_windows": len(x),
+            },
+            "crbm": {
+                "epochs_run": result.epochs_run, "reconstruction_error": result.best_error,
+                "epoch_errors": result.epoch_errors, "seconds": round(crbm_seconds, 2),
+            },
+            "params": self.get_params(),
+            "versions": _versions(),
+        }
+        if k_scores is not None:
+            info["k_report"] = [list(r) for r in k_scores]
+        return PhaseModel(scaler, result.weights, centers, info=info)
+
+
+def _crbm_params(t: TrainConfig) -> dict[str, Any]:
+    return {
+        "n_hidden": t.n_hidden, "cd_k": t.cd_k, "epochs": t.epochs, "batch_size": t.batch_size,
+        "learning_rate": t.learning_rate, "patience": t.patience, "min_delta": t.min_delta, "seed": t.seed,
+        "device": t.device,
+    }
+
+
+def _distributed_worker(x: np.ndarray, cond: np.ndarray, params: dict[str, Any]) -> dict[str, Any]:
+    """One rank of data-parallel CD: its shard of the sample, parameters averaged after every epoch."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    def average(model: Any, epoch_error: float) -> float:
+        with torch.no_grad():
+            for p in model.parameters():
+                dist.all_reduce(p.data, op=dist.ReduceOp.SUM)
+                p.data /= world
+        err = torch.tensor([epoch_error], dtype=torch.float64)
+        dist.all_reduce(err, op=dist.ReduceOp.SUM)
+        return float(err.item() / world)
+
+    result = train_crbm(x[rank::world], cond[rank::world], **params, log=None, epoch_sync=average)
+    dist.destroy_process_group()
+    return {"weights": result.weights.as_dict(), "errors": result.epoch_errors, "stopped": result.stopped_early, "device": result.device}
+
+
+def train_distributed(x: np.ndarray, cond: np.ndarray, params: dict[str, Any], processes: int, log=print):
+    """The CRBM trained with Spark's TorchDistributor (``train.distributor_processes`` > 1): data-parallel
+    CD with parameter averaging each epoch, on the driver's cores in local mode, on executors otherwise."""
+    from pyspark.ml.torch.distributor import TorchDistributor
+
+    from ai4dl.method.crbm import CRBMWeights, TrainResult
+
+    t0 = time.time()
+    spark = SparkSession.getActiveSession()
+    local = spark is None or spark.sparkContext.master.startswith("local")
+    out = TorchDistributor(num_processes=processes, local_mode=local, use_gpu=params["device"] == "cuda").run(
+        _distributed_worker, x, cond, params
+    )
+    log(f"train: TorchDistributor, {processes} processes, {len(out['errors'])} epochs, rec_error {min(out['errors']):.6f}")
+    return TrainResult(
+        weights=CRBMWeights.from_dict(out["weights"]), epoch_errors=out["errors"], epochs_run=len(out["errors"]),
+        stopped_early=out["stopped"], seconds=time.time() - t0, device=out["device"],
+    )
+
+
+def score(model: PhaseModel, held_out: DataFrame, engine: str = "arrow") -> dict[str, Any]:
+    """Adjusted Rand index of the model's phases vs ground truth on held-out windows (when the data has it)."""
+    labelled = model.transform(held_out.where(F.col("behaviour").isNotNull()), engine=engine)
+    table, _, _ = contingency(labelled)
+    if table.size == 0:
+        return {}
+    return {"holdout_ari": round(adjusted_rand_index(table), 4), "holdout_steps": int(table.sum())}
+
+
+def refine(model: PhaseModel, training_windows: DataFrame, phase: int, k_sub: int, seed: int) -> PhaseModel:
+    """Split one phase into ``k_sub`` sub-phases by a k-means on that phase's activations only.
+
+    Sub-phase 0 keeps the parent's id, the others get new ids after the highest existing one; every other
+    phase keeps its id and its steps (see :func:`ai4dl.method.labelling.assign`).
+    """
+    if phase not in range(model.k):
+        raise ModelError(f"phase {phase} is not one of the model's top-level phases 0..{model.k - 1}")
+    if phase in model.refinements:
+        raise ModelError(f"phase {phase} is already refined")
+    if k_sub < 2:
+        raise ModelError("a refinement needs at least 2 sub-phases")
+    encoded = model.transform(training_windows).where(F.col("phase") == phase)
+    sub = fit_centers(encoded, k_sub, seed)
+    start = max(model.phase_ids) + 1
+    ids = (phase, *range(start, start + k_sub - 1))
+    refinements = {**model.refinements, phase: (sub, ids)}
+    return PhaseModel(model.scaler, model.crbm, model.centers, refinements, {**model.info, "refined": {str(phase): list(ids)}})
+
+
+def _versions() -> dict[str, str]:
+    import pyspark
+    import sklearn
+
+    out = {"ai4dl": __version__, "pyspark": pyspark.__version__, "numpy": np.__version__, "scikit-learn": sklearn.__version__}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+    except ImportError:  # pragma: no cover
+        pass
+    return out
+
+
+__all__ = ["PhaseEstimator", "refine", "score", "stratified_sample", "train_distributed"]

@@ -1,0 +1,98 @@
+"""The policy replay over a fleet in Spark: one :func:`~ai4dl.policies.replay.replay_container` per container in
+the executors, fleet totals per (policy, resource), and the per-phase statistics the phase policy allocates from.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from ai4dl.lake.schema import POLICY_REPLAY
+from ai4dl.policies.replay import INPUT_COLUMNS, POLICIES, PolicyParams, finite_value, normalise_stats, replay_container
+
+
+def replay_fleet(
+    phases_df: DataFrame, params: PolicyParams | None = None, phase_stats: Mapping | None = None
+) -> DataFrame:
+    """:func:`replay_container` over every container of a ``PHASES`` DataFrame, in the executors."""
+    params = params or PolicyParams()
+    stats = {int(k): dict(v) for k, v in normalise_stats(phase_stats).items()}  # plain, picklable
+
+    def replay(pdf: pd.DataFrame) -> pd.DataFrame:
+        return replay_container(pdf, params, stats)
+
+    return phases_df.select(*INPUT_COLUMNS).groupBy("pod_id").applyInPandas(replay, POLICY_REPLAY)
+
+
+def _ratio(num, den):
+    return F.when(den != 0, num / den)
+
+
+def summarise(replay_df: DataFrame) -> DataFrame:
+    """Fleet totals per (policy, resource) of a ``POLICY_REPLAY`` DataFrame.
+
+    ``savings_vs_static = 1 - allocated / static_allocated``; ``savings_vs_prev_rules = 1 - allocated /
+    allocated(prev.step.rules)`` of the same resource; ``fulfilment = met_steps / steps``; ``utilisation =
+    used / allocated``. A ratio with a zero denominator is null. Ordered by resource, then :data:`POLICIES`.
+    """
+    agg = replay_df.groupBy("policy", "resource").agg(
+        F.count("pod_id").alias("containers"),  # one replay row per container and (policy, resource)
+        F.sum("steps").alias("steps"),
+        F.sum("used").alias("used"),
+        F.sum("allocated").alias("allocated"),
+        F.sum("static_allocated").alias("static_allocated"),
+        F.sum("met_steps").alias("met_steps"),
+        F.sum("shortfall_steps").alias("shortfall_steps"),
+        F.sum("shortfall_total").alias("shortfall_total"),
+        F.max("shortfall_max").alias("shortfall_max"),
+    )
+    by_resource = Window.partitionBy("resource")
+    prev_rules = F.max(F.when(F.col("policy") == "prev.step.rules", F.col("allocated"))).over(by_resource)
+    order = F.array_position(F.array(*[F.lit(p) for p in POLICIES]), F.col("policy"))
+    return (
+        agg.withColumn("_prev_rules_allocated", prev_rules)
+        .select(
+            "policy",
+            "resource",
+            "containers",
+            "steps",
+            "used",
+            "allocated",
+            "static_allocated",
+            (F.lit(1.0) - _ratio(F.col("allocated"), F.col("static_allocated"))).alias("savings_vs_static"),
+            (F.lit(1.0) - _ratio(F.col("allocated"), F.col("_prev_rules_allocated"))).alias("savings_vs_prev_rules"),
+            "met_steps",
+            _ratio(F.col("met_steps").cast("double"), F.col("steps")).alias("fulfilment"),
+            "shortfall_steps",
+            "shortfall_total",
+            "shortfall_max",
+            _ratio(F.col("used"), F.col("allocated")).alias("utilisation"),
+            order.alias("_order"),
+        )
+        .orderBy("resource", "_order")
+        .drop("_order")
+    )
+
+
+def phase_fraction_stats(phases_df: DataFrame, quantile: float = 0.95, accuracy: int = 10_000) -> dict[int, dict[str, float]]:
+    """``{phase: {"cpu_fraction": q, "mem_fraction": q}}``: the phase's ``quantile`` of usage / limit.
+
+    On a fleet of different container sizes an absolute statistic (cores, bytes) of a phase mixes small and
+    large containers; as a share of each container's own limit it transfers between them, so ``phase.rule``
+    allocates ``share * limit``. One Spark aggregation; only k rows reach the driver.
+    """
+    rows = (
+        phases_df.where(F.col("phase").isNotNull())
+        .groupBy("phase")
+        .agg(
+            F.percentile_approx(F.col("cpu_usage_cores") / F.col("cpu_num_cores"), quantile, accuracy).alias("cpu"),
+            F.percentile_approx(F.col("mem_current") / F.col("mem_limit"), quantile, accuracy).alias("mem"),
+        )
+        .collect()
+    )
+    return {int(r["phase"]): {"cpu_fraction": finite_value(r["cpu"]), "mem_fraction": finite_value(r["mem"])} for r in rows}
+

@@ -1,0 +1,2 @@
+"""What people look at: ``plots`` (a trace by phase, phase distributions, graphs, savings) and ``html`` (the
+self-contained run report)."""

@@ -1,0 +1,426 @@
+"""The stage layer: every verb of ai4dl is one function here, and nothing else wires the lake to the library.
+
+A stage reads its input tables through the :class:`~ai4dl.lake.tables.Lake` handle, calls the library
+(``ai4dl.method``, ``ai4dl.behaviour``, ``ai4dl.policies``, ``ai4dl.reporting``, ``ai4dl.traces``), replaces
+its output tables atomically (one Delta commit each, properties included), records what it wrote in
+``_meta/run_log`` and returns a :class:`StageResult`. Each table is one function of its inputs, as in a
+declarative pipeline: rerunning a stage on the same inputs rewrites the same rows.
+
+The CLI (``ai4dl <verb>``) is a table from verb to stage, ``jobs/*.py`` call :func:`run`, and the notebook and
+``bench/`` call the stages directly::
+
+    cfg = load_config("conf/local.yaml")
+    spark = get_spark(cfg)
+    ingest(cfg, spark)
+    window(cfg, spark)
+    train(cfg, spark)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ai4dl.config import Config
+from ai4dl.errors import ConfigError
+
+STAGES: dict[str, Callable[..., "StageResult"]] = {}
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a stage did: the tables (or model directories) it wrote with their row counts, and its run id."""
+
+    stage: str
+    written: Mapping[str, int | None]
+    run_id: str
+    seconds: float
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        tables = ", ".join(f"{k}={v}" for k, v in self.written.items()) or "nothing"
+        return f"{self.stage}: wrote {tables} in {self.seconds:.1f}s (run {self.run_id})"
+
+
+@dataclass
+class _Output:
+    written: dict[str, int | None]
+    versions: dict[str, int | None] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def stage(name: str) -> Callable[[Callable[..., _Output]], Callable[..., StageResult]]:
+    """Register ``fn(cfg, lake, **options) -> _Output`` as the stage ``name``: session, lake, run log, timing."""
+
+    def register(fn: Callable[..., _Output]) -> Callable[..., StageResult]:
+        @functools.wraps(fn)
+        def run_stage(cfg: Config, spark: Any = None, **options: Any) -> StageResult:
+            from ai4dl.lake.session import get_spark
+            from ai4dl.lake.tables import Lake
+
+            if not isinstance(cfg, Config):
+                raise TypeError(f"stage {name}: expected an ai4dl.config.Config, got {type(cfg).__name__}")
+            spark = spark if spark is not None else get_spark(cfg)
+            lake = Lake.for_config(spark, cfg)
+            t0 = time.time()
+            out = fn(cfg, lake, **options)
+            run_id = lake.log_run(name, out.written, cfg.digest, out.versions)
+            return StageResult(name, dict(out.written), run_id, round(time.time() - t0, 3), out.details)
+
+        STAGES[name] = run_stage
+        return run_stage
+
+    return register
+
+
+def run(verb: str, cfg: Config, spark: Any = None, **options: Any) -> StageResult:
+    """Run one stage by its verb (``jobs/*.py`` and the CLI call this)."""
+    if verb not in STAGES:
+        raise ConfigError(f"unknown stage '{verb}' (known: {', '.join(STAGES)})")
+    return STAGES[verb](cfg, spark, **options)
+
+
+# --------------------------------------------------------------------------------------------------- traces
+
+
+@stage("generate")
+def generate(cfg: Config, lake: Any, out: str | None = None, fmt: str = "csv") -> _Output:
+    """A synthetic fleet of container traces, written as an export would be (``generate`` section)."""
+    from ai4dl.traces.synthetic import generate_fleet, write_fleet
+
+    g = cfg.generate
+    out = out or default_generated_path(cfg)
+    df = generate_fleet(lake.spark, g.containers, g.steps, g.seed, g.services, g.start, g.interval_seconds, g.partitions)
+    write_fleet(df, out, fmt)
+    rows = g.containers * g.steps
+    print(f"generate: {g.containers} containers x {g.steps} steps = {rows} rows ({fmt}) -> {out}")
+    return _Output({out: rows}, details={"path": out})
+
+
+def default_generated_path(cfg: Config) -> str:
+    """Where the demo writes its generated traces: ``raw/generated`` beside the lake root."""
+    from ai4dl.lake.tables import is_uri, join_path
+
+    root = cfg.lake.root.rstrip("/")
+    parent = root.rsplit("/", 1)[0] if is_uri(root) else str(Path(root).absolute().parent)
+    return join_path(parent, "raw", "generated")
+
+
+@stage("ingest")
+def ingest(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = None) -> _Output:
+    """Traces (file, folder or glob) -> bronze; bad rows -> quarantine with a reason. Reruns change nothing."""
+    from ai4dl.traces.ingest import ingest as ingest_traces
+
+    result = ingest_traces(lake, cfg.ingest, input, fmt)
+    print(f"ingest: {result.summary()}")
+    return _Output(
+        {"bronze": result.inserted, "quarantine": result.quarantined},
+        {"bronze": result.bronze_version, "quarantine": result.quarantine_version},
+        {"result": result},
+    )
+
+
+# --------------------------------------------------------------------------------------------------- method
+
+
+@stage("window")
+def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Output:
+    """Bronze -> silver windows, scaled with statistics fitted on the training containers (or a model's)."""
+    from ai4dl.method.model import load
+    from ai4dl.method.scaler import Scaler
+    from ai4dl.method.windowing import build_windows, silver_properties
+
+    w = cfg.window
+    bronze = lake.read("bronze")
+    source = scaler_from_model or w.scaler_from_model
+    scaler = load(source).scaler if source else Scaler.fit(w.split.training(bronze), w.features)
+    silver = build_windows(bronze, scaler, w.n_history, w.max_gap_seconds)
+    lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
+    counts = {r["has_full_history"]: r["count"] for r in lake.read("silver").groupBy("has_full_history").count().collect()}
+    total = sum(counts.values())
+    print(f"silver: {total} windows ({counts.get(True, 0)} with full history, {counts.get(False, 0)} without) -> {lake.path('silver')}")
+    return _Output({"silver": total})
+
+
+def _silver(lake: Any) -> tuple[Any, Any, int]:
+    from ai4dl.method.windowing import silver_scaler
+
+    silver = lake.read("silver")
+    scaler, n_history = silver_scaler(lake.properties("silver"), lake.path("silver"))
+    return silver, scaler, n_history
+
+
+def resolve_model(cfg: Config, explicit: str | None = None) -> tuple[Any, str]:
+    """The model a stage uses: an explicit directory, ``label.model``, or the latest trained version."""
+    from ai4dl.method.model import latest_version, load
+
+    path = explicit or cfg.label.model or str(latest_version(cfg.lake.models, cfg.train.model_name))
+    return load(path), str(path)
+
+
+@stage("train")
+def train(cfg: Config, lake: Any) -> _Output:
+    """Silver -> a new model version (CRBM + k-means) under ``lake.models``, scored on held-out containers."""
+    from ai4dl.method.model import save_version
+    from ai4dl.method.training import PhaseEstimator, score
+
+    silver, scaler, n_history = _silver(lake)
+    estimator = PhaseEstimator(cfg.train, cfg.window.split)
+    model = estimator.fit(silver, scaler, n_history)
+    model = model.with_info(training_data={**model.info["training_data"], "silver": lake.path("silver")})
+    held_out = cfg.window.split.held_out(silver.where("has_full_history"))
+    quality = score(model, held_out, cfg.label.engine)
+    path = str(save_version(model, cfg.lake.models, cfg.train.model_name))
+    print(f"train: model {model.model_id} saved to {path}")
+    if "holdout_ari" in quality:
+        print(f"train: adjusted Rand index vs ground truth on held-out containers: {quality['holdout_ari']:.3f} ({quality['holdout_steps']} steps)")
+    crbm = model.info["crbm"]
+    report = {
+        "model": path, "crbm_windows": model.info["training_data"]["sampled_windows"], "crbm_epochs": crbm["epochs_run"],
+        "crbm_error": crbm["reconstruction_error"], "crbm_seconds": crbm["seconds"], **quality,
+    }
+    if "k_report" in model.info:
+        report["k_report"] = model.info["k_report"]
+    _save_json(Path(cfg.report.dir) / "train_report.json", report)
+    # A model version is a directory, not a Delta table: logged by path, rows = the CRBM's sampled windows.
+    return _Output({path: report["crbm_windows"]}, details={"model": model, "path": path, "report": report})
+
+
+@stage("refine")
+def refine(cfg: Config, lake: Any, phase: int, k: int = 2, model: str | None = None) -> _Output:
+    """Split one phase of a model into ``k`` sub-phases; saves a new model version."""
+    from ai4dl.method.model import save_version
+    from ai4dl.method.training import refine as refine_phase
+
+    base, _ = resolve_model(cfg, model)
+    silver = lake.read("silver")
+    refined = refine_phase(base, cfg.window.split.training(silver.where("has_full_history")), phase, k, cfg.train.seed)
+    path = str(save_version(refined, cfg.lake.models, cfg.train.model_name))
+    print(f"refined phase {phase} into {refined.refinements[phase][1]}: model {refined.model_id} -> {path}")
+    return _Output({path: None}, details={"model": refined, "path": path})
+
+
+@stage("import-reference-model")
+def import_reference_model(cfg: Config, lake: Any, path: str, name: str = "reference") -> _Output:
+    """The original AI4DL model JSON -> a model version under ``lake.models/<name>``."""
+    from ai4dl.method.model import save_version
+    from ai4dl.method.reference import import_reference
+
+    model = import_reference(path)
+    saved = str(save_version(model, cfg.lake.models, name))
+    print(f"imported reference model {model.model_id} -> {saved}")
+    return _Output({saved: None}, details={"model": model, "path": saved})
+
+
+@stage("label")
+def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
+    """Silver -> phases (replaced atomically), after checking the model fits the silver table."""
+    from ai4dl.method.labelling import check_compatible
+
+    phase_model, path = resolve_model(cfg, model)
+    print(f"label: model {phase_model.model_id} from {path}")
+    silver, scaler, n_history = _silver(lake)
+    check_compatible(phase_model, scaler.features, n_history, scaler.digest)
+    phases = phase_model.transform(silver, engine=cfg.label.engine)
+    lake.overwrite("phases", phases, properties={"ai4dl.model_id": phase_model.model_id})
+    counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
+    total = sum(r["count"] for r in counts)
+    shown = ", ".join(f"{'none' if r['phase'] is None else r['phase']}: {r['count']}" for r in counts)
+    print(f"phases: {total} steps labelled ({shown}) -> {lake.path('phases')}")
+    return _Output({"phases": total}, details={"model": path})
+
+
+# --------------------------------------------------------------------------------------------------- behaviour
+
+
+@stage("behaviour")
+def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
+    """Phases -> gold sequences, transitions and phase statistics; graphs as GraphML/JSON/PNG."""
+    from ai4dl.behaviour import graph as G
+    from ai4dl.behaviour import sequences as B
+    from ai4dl.behaviour.phase_stats import create_bi_views, phase_statistics
+    from ai4dl.reporting.plots import draw_graph
+
+    b = cfg.behaviour
+    phases = lake.read("phases")
+    lake.overwrite("sequences", B.run_lengths(phases, b.min_run_steps))
+    sequences = lake.read("sequences")
+    lake.overwrite("transitions", B.transition_counts(sequences))
+    lake.overwrite("phase_stats", phase_statistics(phases, sequences))
+    views = create_bi_views(lake.spark, lake.path("phase_stats"), lake.path("sequences"), lake.path("transitions"))
+
+    transitions = lake.read("transitions").toPandas()
+    dwell = B.dwell_stats(sequences).toPandas()
+    graph = G.transition_graph(transitions, dwell)
+    # Prototypes: the first prototype_depth runs of each life (whole lives of many runs rarely repeat exactly).
+    paths = B.collect_path_counts(sequences, b.prototype_depth)
+    tree = G.prototype_tree(paths)
+    top = G.top_prototypes(paths, b.top_prototypes)
+    out = Path(out_dir or cfg.report.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    G.write_graph(graph, out / "transition_graph")
+    G.write_graph(tree, out / "prototype_tree")
+    draw_graph(graph, out / "transition_graph.png", title="Phase transitions")
+    draw_graph(tree, out / "prototype_tree.png", title="Prototypical executions")
+    n_runs = sequences.count()
+    print(f"behaviour: {n_runs} runs, {len(transitions)} transitions; views {', '.join(views)}")
+    for p in top:
+        print(f"  prototype {'-'.join(map(str, p.path))}: {p.count} containers ({p.share:.1%})")
+    print(f"  top {len(top)} prototypes cover {G.coverage(top):.1%} of the fleet")
+    written = {"sequences": n_runs, "transitions": len(transitions), "phase_stats": lake.count("phase_stats")}
+    return _Output(written, details={"graph": graph, "tree": tree, "prototypes": top, "transitions": transitions, "dwell": dwell})
+
+
+# --------------------------------------------------------------------------------------------------- policies
+
+
+def policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, float]]:
+    """Per-phase demand statistics from training containers only: the phase rule must not see the test fleet.
+
+    ``policies.phase_statistic``: ``fraction`` (default) allocates the phase's quantile of usage as a share of
+    each container's own limit; ``absolute`` its quantile in cores and bytes (the gold phase_stats numbers).
+    """
+    from pyspark.sql import functions as F
+
+    from ai4dl.behaviour.phase_stats import ALL_SERVICES, phase_statistics
+    from ai4dl.behaviour.sequences import run_lengths
+    from ai4dl.policies.fleet import phase_fraction_stats
+    from ai4dl.policies.replay import phase_stats_for_policy
+
+    p = cfg.policies
+    phases = cfg.window.split.training(lake.read("phases"))
+    if p.phase_statistic == "fraction":
+        return phase_fraction_stats(phases, p.phase_quantile)
+    column = {0.5: "p50", 0.95: "p95", 0.99: "p99"}[p.phase_quantile]  # checked by PoliciesConfig
+    stats = phase_statistics(phases, run_lengths(phases)).where(F.col("service") == ALL_SERVICES)
+    return phase_stats_for_policy(stats.toPandas(), (f"cpu_{column}", f"mem_{column}"))
+
+
+@stage("policies")
+def policies(cfg: Config, lake: Any) -> _Output:
+    """Replay the held-out containers under every policy; gold ``policy_replay`` + a printed summary."""
+    from ai4dl.policies.fleet import replay_fleet, summarise
+    from ai4dl.policies.replay import PolicyParams, format_summary
+
+    params = PolicyParams.from_config(cfg.policies)
+    stats = policy_phase_stats(cfg, lake)
+    phases = lake.read("phases")
+    test = cfg.window.split.held_out(phases)
+    if test.limit(1).count() == 0:  # a tiny fleet may have no held-out container: replay all of it
+        print("policies: no held-out containers; replaying the whole fleet")
+        test = phases
+    lake.overwrite("policy_replay", replay_fleet(test, params, stats))
+    summary = summarise(lake.read("policy_replay")).toPandas()
+    print(format_summary(summary))
+    return _Output({"policy_replay": lake.count("policy_replay")}, details={"summary": summary})
+
+
+# --------------------------------------------------------------------------------------------------- upkeep
+
+
+@stage("optimize")
+def optimize(cfg: Config, lake: Any, tables: tuple[str, ...] = ()) -> _Output:
+    """Compact (and Z-order) the lake's Delta tables: all of them, or the logical names given."""
+    from ai4dl.lake.tables import TABLES, spec
+
+    names = list(tables) or [n for n in TABLES if n != "run_log"]
+    for name in names:
+        spec(name)  # an unknown name fails before any table is touched
+    written: dict[str, int | None] = {}
+    for name in names:
+        metrics = lake.optimize(name)
+        if metrics:
+            print(f"optimize {name}: {metrics['files_removed']} files compacted into {metrics['files_added']}")
+            written[name] = None
+    return _Output(written)
+
+
+# --------------------------------------------------------------------------------------------------- reporting
+
+
+@stage("report")
+def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
+    """One HTML page of a run: a trace by phase, phase distributions, the graphs, the policy savings."""
+    from pyspark.sql import functions as F
+
+    from ai4dl.behaviour.phase_stats import ALL_SERVICES
+    from ai4dl.lake.columns import POD_ID
+    from ai4dl.policies.fleet import summarise
+    from ai4dl.policies.replay import PolicyParams
+    from ai4dl.reporting import plots
+    from ai4dl.reporting.html import Section, write_report
+
+    out_dir = Path(out or cfg.report.dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    phases = lake.read("phases")
+    pod = phases.groupBy(POD_ID).count().orderBy(F.desc("count"), POD_ID).first()[POD_ID]
+    one = phases.where(F.col(POD_ID) == pod).drop("activations").toPandas()
+    sample = phases.where(F.col("phase").isNotNull()).select("phase", "cpu_usage_cores", "mem_current")
+    total = sample.count()
+    sample_pdf = sample.sample(fraction=min(1.0, 200_000 / max(total, 1)), seed=1).toPandas()
+    params = PolicyParams.from_config(cfg.policies)
+    stats = policy_phase_stats(cfg, lake)
+    images = {
+        "trace": plots.plot_trace_phases(one, out_dir / "trace_phases.png", title=f"Container {pod} by phase"),
+        "box": plots.plot_phase_boxplots(sample_pdf, out_dir / "phase_boxplots.png"),
+        "curves": plots.plot_policy_curves(one, out_dir / "policy_curves.png", params, phase_stats=stats),
+    }
+    sections = [Section("A container's life by phase", f"Container {pod}: CPU and memory, coloured by phase.", images=[images["trace"]])]
+    sections.append(Section("What each phase uses", "CPU cores and memory per phase, and how common each phase is.", images=[images["box"]]))
+    if lake.exists("phase_stats"):
+        table = lake.read("phase_stats").where(F.col("service") == ALL_SERVICES).orderBy("phase").toPandas()
+        graphs = [p for p in (out_dir / "transition_graph.png", out_dir / "prototype_tree.png") if p.exists()]
+        sections.append(Section("Phase statistics (fleet)", "From the gold table phase_stats.", table=table.round(3), images=graphs))
+    meta: dict[str, Any] = {"lake": cfg.lake.root, "labelled steps": total}
+    if lake.exists("policy_replay"):
+        summary = summarise(lake.read("policy_replay")).toPandas()
+        savings = plots.plot_savings(summary, out_dir / "savings.png")
+        sections.append(Section("Policies", "Allocated vs used over the test containers.", table=summary.round(4), images=[savings, images["curves"]]))
+    train_report = out_dir / "train_report.json"
+    if train_report.exists():
+        meta.update({k: v for k, v in json.loads(train_report.read_text()).items() if not isinstance(v, (list, dict))})
+    path = write_report(out_dir, title="ai4dl run report", metadata=meta, sections=sections)
+    print(f"report: {path}")
+    return _Output({str(path): None}, details={"path": path})
+
+
+# --------------------------------------------------------------------------------------------------- demo
+
+
+@stage("demo")
+def demo(cfg: Config, lake: Any, input: str | None = None) -> _Output:
+    """generate -> ingest -> window -> train -> label -> behaviour -> policies -> report, in one session."""
+    spark = lake.spark
+    steps: list[StageResult] = []
+
+    def step(result: StageResult) -> StageResult:
+        print(f"[{result.stage}] {result.seconds:.1f}s")
+        steps.append(result)
+        return result
+
+    if input is None:
+        input = step(generate(cfg, spark)).details["path"]
+    step(ingest(cfg, spark, input=input, fmt="csv"))
+    step(window(cfg, spark))
+    step(train(cfg, spark))
+    step(label(cfg, spark))
+    step(behaviour(cfg, spark))
+    step(policies(cfg, spark))
+    page = step(report(cfg, spark)).details["path"]
+    print(f"demo: done in {sum(s.seconds for s in steps):.0f}s; open {page}")
+    return _Output({str(page): None}, details={"report": page, "stages": steps})
+
+
+def _save_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str))
+
+
+__all__ = [
+    "STAGES", "StageResult", "behaviour", "demo", "generate", "import_reference_model", "ingest", "label",
+    "optimize", "policies", "policy_phase_stats", "refine", "report", "resolve_model", "run", "train", "window",
+]

@@ -1,0 +1,191 @@
+"""The stage layer, the typed configuration, the error contract of the CLI, and the Spark-free cores."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ai4dl import stages
+from ai4dl.cli import VERBS, main
+from ai4dl.config import Config, TrainConfig, from_dict, load_config
+from ai4dl.errors import Ai4dlError, ConfigError, MissingTableError
+from ai4dl.lake.tables import TABLES, Lake
+
+VERBS_OF_THE_PRODUCT = {
+    "generate", "ingest", "window", "train", "refine", "import-reference-model", "label", "behaviour", "policies",
+    "optimize", "report", "demo",
+}
+
+
+def test_every_verb_is_one_stage_and_one_cli_entry(project_root):
+    assert set(stages.STAGES) == VERBS_OF_THE_PRODUCT
+    assert set(VERBS) == VERBS_OF_THE_PRODUCT
+    for job in (project_root / "jobs").glob("*.py"):
+        verb = job.stem.replace("_", "-")
+        assert verb in VERBS_OF_THE_PRODUCT, job
+        assert f'main(["{verb}", *sys.argv[1:]])' in job.read_text(), job
+
+
+# --- typed configuration ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.k=abc", "train.k: 'abc' is not allowed: an integer >= 1"),
+        ("train.k=0", "train.k: 0 is not allowed: an integer >= 1"),
+        ("train.k=2.5", "train.k: 2.5 is not allowed: an integer >= 1"),
+        ("train.learning_rate=0", "train.learning_rate: 0 is not allowed: a number > 0"),
+        ("train.device=gpu", "train.device: 'gpu' is not allowed: one of 'auto', 'cpu', 'cuda'"),
+        ("window.train_fraction=1.5", "window.train_fraction: 1.5 is not allowed: a number in (0, 1]"),
+        ("window.n_history=true", "window.n_history: True is not allowed: an integer >= 1"),
+        ("window.features=cpu_usage", "window.features: 'cpu_usage' is not allowed: a list"),
+        ("label.engine=numba", "label.engine: 'numba' is not allowed: one of 'arrow', 'pandas'"),
+        ("policies.phase_statistic=mean", "policies.phase_statistic: 'mean' is not allowed: one of 'fraction', 'absolute'"),
+        ("train.kk=3", "unknown config key 'train.kk'"),
+        ("trian.k=3", "unknown config section 'trian'"),
+        ("k=3", "the key must be section.key"),
+    ],
+)
+def test_bad_values_name_the_key_the_value_and_what_is_allowed(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_cross_field_rules_are_checked_at_load():
+    with pytest.raises(ConfigError, match="phase_quantile: 0.9 is not allowed with phase_statistic 'absolute'"):
+        load_config(None, ["policies.phase_statistic=absolute", "policies.phase_quantile=0.9"])
+    with pytest.raises(ConfigError, match=r"train.k_range: \[5, 3\]"):
+        load_config(None, ["train.k_range=[5, 3]"])
+
+
+def test_config_round_trips_and_every_yaml_under_conf_loads(project_root):
+    cfg = load_config(None, ["train.k=7", "spark.conf={spark.x: 1}"])
+    assert from_dict(cfg.to_dict()) == cfg
+    assert cfg.replace(train={"k": 3}).train.k == 3 and cfg.train.k == 7  # frozen: replace makes a copy
+    assert cfg.digest != Config().digest and Config().digest == load_config().digest
+    with pytest.raises(Exception):
+        cfg.train.k = 3  # type: ignore[misc]
+    for path in (project_root / "conf").glob("*.yaml"):
+        assert isinstance(load_config(path), Config), path
+
+
+def test_one_split_object_everywhere():
+    cfg = load_config(None, ["window.train_fraction=0.6", "window.split_seed=9"])
+    assert cfg.window.split.train_fraction == 0.6 and cfg.window.split.seed == 9
+    assert TrainConfig() == load_config().train
+
+
+def test_a_bad_config_exits_2_before_spark_is_even_imported(project_root):
+    code = textwrap.dedent(
+        """
+        import sys
+        from ai4dl.cli import main
+        rc = main(["train", "--set", "train.k=abc"])
+        print("RESULT", rc, "pyspark" in sys.modules)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project_root, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "RESULT 2 False", out.stdout + out.stderr
+    assert out.stderr.strip() == "ai4dl train: train.k: 'abc' is not allowed: an integer >= 1"
+
+
+# --- the CLI's error contract -------------------------------------------------------------------------------
+
+
+def test_expected_failures_are_one_line_and_exit_2(spark, cfg, capsys):
+    code = main(["policies", "--set", f"lake.root={cfg.lake.root}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("ai4dl policies: table 'phases' does not exist yet at ")
+
+
+def test_anything_else_keeps_its_traceback(spark, cfg, monkeypatch):
+    def broken(cfg, spark=None, **options):
+        raise KeyError("a bug, not a user error")
+
+    monkeypatch.setitem(stages.STAGES, "behaviour", broken)
+    with pytest.raises(KeyError, match="a bug"):  # uncaught: Python prints the traceback and exits 1
+        main(["behaviour", "--set", f"lake.root={cfg.lake.root}"])
+    assert not issubclass(KeyError, Ai4dlError)
+
+
+# --- the lake handle ----------------------------------------------------------------------------------------
+
+
+def test_lake_handle_paths_names_and_missing_tables(spark, tmp_path):
+    lake = Lake(spark, str(tmp_path / "lake"))
+    assert lake.path("silver") == str(tmp_path / "lake" / "silver" / "windows")
+    assert Lake(None, "s3a://b/lake/").path("run_log") == "s3a://b/lake/_meta/run_log"
+    assert set(TABLES) >= {"bronze", "quarantine", "silver", "phases", "sequences", "transitions", "phase_stats", "policy_replay"}
+    with pytest.raises(ConfigError, match="unknown table 'gold'"):
+        lake.path("gold")
+    with pytest.raises(MissingTableError, match="run the stage that writes it first"):
+        lake.read("phases")
+    assert not lake.exists("phases") and lake.version("phases") is None
+
+
+# --- every verb leaves a run-log row ------------------------------------------------------------------------
+
+
+def test_demo_then_refine_and_optimize_each_leave_run_log_rows(spark, cfg):
+    small = cfg.replace(
+        generate={"containers": 10, "steps": 60, "services": 2},
+        window={"train_fraction": 0.7},
+        train={"epochs": 2, "k": 3, "sample_size": 400, "patience": 1, "device": "cpu"},
+        policies={"interval_steps": 5},
+    )
+    result = stages.demo(small, spark)
+    assert Path(result.details["report"]).is_file()
+    assert [s.stage for s in result.details["stages"]] == [
+        "generate", "ingest", "window", "train", "label", "behaviour", "policies", "report",
+    ]
+    refined = stages.refine(small, spark, phase=0, k=2)
+    assert refined.details["model"].refinements[0][1] == (0, 3)
+    stages.optimize(small, spark, tables=("bronze", "phases"))
+    lake = Lake.for_config(spark, small)
+    log = lake.read("run_log").collect()
+    jobs = {r["job"] for r in log}
+    assert jobs == {"generate", "ingest", "window", "train", "label", "behaviour", "policies", "report", "demo", "refine", "optimize"}
+    assert {r["config_hash"] for r in log} == {small.digest}
+    assert {r["table"] for r in log if r["job"] == "optimize"} == {"bronze", "phases"}
+    assert lake.count("phases") == 10 * 60
+
+
+# --- pure cores ---------------------------------------------------------------------------------------------
+
+
+def test_pure_cores_import_and_run_without_pyspark(project_root, reference_model):
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["pyspark"] = None  # any import of pyspark now fails
+        import numpy as np
+        from ai4dl.behaviour.runs import rle, smooth_runs
+        from ai4dl.behaviour.graph import prototype_tree
+        from ai4dl.config import load_config
+        from ai4dl.method.crbm import encode
+        from ai4dl.method.labelling import label_arrays
+        from ai4dl.method.reference import import_reference
+        from ai4dl.policies.replay import PolicyParams, allocate
+        from ai4dl.policies.vpa import VpaRecommender
+
+        assert smooth_runs(rle([0, 0, 1, 0, 0]), 2) == [(0, 0, 5)]
+        model = import_reference({str(reference_model)!r})
+        x = np.zeros((3, model.crbm.n_visible)); cond = np.zeros((3, model.crbm.B.shape[1]))
+        phase, _, h = label_arrays(model, x, cond)
+        assert h.shape == (3, model.crbm.n_hidden) and np.allclose(encode(model.crbm, x, cond), h)
+        alloc = allocate("prev.step.max", np.arange(8.0), 10.0, PolicyParams(interval_steps=4))
+        assert alloc.tolist() == [10.0] * 4 + [3.0] * 4
+        assert load_config(None, ["train.k=4"]).train.k == 4
+        print("PURE OK", "pyspark" in sys.modules and sys.modules["pyspark"] is not None)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project_root, timeout=120)
+    assert out.stdout.strip().endswith("PURE OK False"), out.stdout + out.stderr
