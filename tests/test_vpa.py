@@ -1,0 +1,78 @@
+"""The VPA recommender port gives the real recommender's numbers, byte for byte, on every conformance vector."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ai4dl.errors import InputError
+from ai4dl.policies.vpa import VpaParams, VpaRecommender, params_from_flags, recommend_csv, recommend_trace
+
+MATCHED = ["-step-seconds", "10", "-cpu-half-life", "1200s", "-mem-half-life", "1200s", "-mem-interval", "1200s"]
+# Vector file -> (its input, the harness flags that produced it), as listed in ../shared/data/vpa/README.md.
+VECTORS = {
+    "dlaas.vpa.defaults.rec.csv": ("dlaas", []),
+    "dlaas.vpa.matched.rec.csv": ("dlaas", MATCHED),
+    "fleet.vpa.defaults.rec.csv": ("fleet", []),
+    "fleet.vpa.matched.rec.csv": ("fleet", MATCHED),
+    "fleet.vpa.matched.peak1.nomin.rec.csv": ("fleet", [*MATCHED, "-mem-interval", "10s", "-min-cpu-millicores", "0", "-min-mem-mb", "0"]),
+    "fleet.vpa.matched.oom.rec.csv": ("fleet", [*MATCHED, "-oom-on-shortfall"]),
+}
+
+
+@pytest.fixture(scope="session")
+def vpa_vectors(project_root):
+    d = project_root.parent / "shared" / "data" / "vpa"
+    if not d.is_dir():
+        pytest.skip(f"VPA conformance vectors not present: {d}")
+    return d
+
+
+def test_every_vector_file_is_listed(vpa_vectors):
+    assert {p.name for p in vpa_vectors.glob("*.rec.csv")} == set(VECTORS)
+
+
+@pytest.mark.parametrize("name", sorted(VECTORS))
+def test_recommendations_equal_the_real_vpa(vpa_vectors, tmp_path, name):
+    source, flags = VECTORS[name]
+    out = tmp_path / name
+    recommend_csv(vpa_vectors / f"{source}.generic.csv", out, interval=10, params=params_from_flags(flags))
+    assert out.read_text() == (vpa_vectors / name).read_text()
+
+
+def test_cli_writes_the_same_file(vpa_vectors, tmp_path):
+    from ai4dl.cli import main
+
+    out = tmp_path / "rec.csv"
+    assert main(["vpa-recommend", str(vpa_vectors / "dlaas.generic.csv"), "--interval", "10", *MATCHED, "--out", str(out)]) == 0
+    assert out.read_text() == (vpa_vectors / "dlaas.vpa.matched.rec.csv").read_text()
+
+
+def test_cli_refuses_bad_flags_and_input_in_one_line(tmp_path, capsys):
+    from ai4dl.cli import main
+
+    bad = tmp_path / "in.csv"
+    bad.write_text("pod_id,timestamp_seconds,cpu_cores_used,memory_bytes_used\np,abc,0.1,1e8\n")
+    assert main(["vpa-recommend", str(bad), "--out", str(tmp_path / "o.csv"), "-cpu-half-life", "soon"]) == 2
+    assert main(["vpa-recommend", str(bad), "--out", str(tmp_path / "o.csv")]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 2 and "cpu-half-life" in errors[0] and "in.csv" in errors[1]
+
+
+def test_bucket_upper_edge_margin_and_minimum():
+    p = VpaParams(step_seconds=10, cpu_half_life_s=1200, memory_half_life_s=1200, memory_aggregation_interval_s=1200)
+    out = recommend_trace(np.arange(30) * 10.0, np.full(30, 0.5), np.full(30, 3e8), interval=10, params=p)
+    assert np.isnan(out["cpu_target"].iloc[0])  # no history, no recommendation
+    assert out["cpu_target"].iloc[1] == 0.587  # bucket upper edge 0.511 core, + int(511 * 0.15) millicores
+    r = VpaRecommender()
+    for k in range(10):
+        r.add_sample(1_700_000_000 + 10.0 * k, 0.0101, 1e6)
+    rec = r.recommend()
+    assert (rec.cpu_target, rec.mem_target) == (0.025, 262144000.0)  # the pod minimum, not minimum + margin
+
+
+def test_bad_params_are_input_errors():
+    with pytest.raises(InputError, match="unknown VPA flag"):
+        params_from_flags(["-nope", "1"])
+    with pytest.raises(InputError):
+        recommend_trace(np.arange(3.0), np.ones(3), np.ones(3), interval=0)
