@@ -62,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="generate -> ingest -> window -> train -> label -> behaviour -> policies -> report")
     d.add_argument("--input", help="ingest these traces instead of generating a fleet")
 
+    lg = sub.add_parser("log", parents=[common], help="the last runs from the run log; flags unfinished runs and their commits")
+    lg.add_argument("--last", type=int, default=20, help="how many runs (default 20)")
+
     v = sub.add_parser(
         "vpa-recommend",
         help="the Kubernetes VPA recommender over a CSV of usage samples (no Spark, no lake)",
@@ -111,6 +114,31 @@ def _vpa_recommend(args: argparse.Namespace, flags: list[str]) -> None:
     print(f"vpa-recommend: {len(out)} recommendations for {out['pod_id'].nunique()} containers -> {args.out}")
 
 
+def _log(cfg: Any, args: argparse.Namespace) -> None:
+    """Read-only: prints the run log's last runs and the commits of runs that never finished."""
+    from ai4dl.lake.session import get_spark
+    from ai4dl.lake.tables import Lake, orphan_commits, run_history
+
+    lake = Lake.for_config(get_spark(cfg), cfg)
+    runs = run_history(lake, args.last)
+    if runs.empty:
+        print(f"log: no runs recorded under {cfg.lake.root}")
+        return
+    for r in runs.itertuples():
+        flag = {"finished": "  ", "failed": "F ", "unfinished": "! "}[r.status]
+        ended = "-" if r.finished_at is None or str(r.finished_at) == "NaT" else str(r.finished_at)[:19]
+        detail = r.message if r.status == "failed" else ("still running or killed" if r.status == "unfinished" else r.written)
+        print(f"{flag}{r.run_id} {r.job:<22} {str(r.started_at)[:19]} -> {ended:<19} {r.status:<10} {detail}")
+    orphans = orphan_commits(lake)
+    for table, version, run_id in orphans:
+        print(f"! {table} version {version} was committed by run {run_id}, which never logged 'finished'")
+    unfinished = int((runs["status"] == "unfinished").sum())
+    print(f"log: {len(runs)} runs shown, {unfinished} unfinished, {len(orphans)} commits of unfinished runs")
+
+
+# Commands that read the lake but write nothing (no run-log row of their own).
+READERS: dict[str, Callable[[Any, argparse.Namespace], None]] = {"log": _log}
+
 # Commands that touch neither Spark nor the lake: no config, no run log. They take unparsed extra arguments.
 TOOLS: dict[str, Callable[[argparse.Namespace, list[str]], None]] = {"vpa-recommend": _vpa_recommend}
 
@@ -127,6 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ai4dl.config import load_config
 
         cfg = load_config(args.conf, _overrides(args))
+        if args.command in READERS:
+            READERS[args.command](cfg, args)
+            return 0
         from ai4dl import stages
 
         stages.run(args.command, cfg, **VERBS[args.command](args))

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import yaml
 
 from ai4dl.errors import ConfigError
-from ai4dl.lake.columns import DEFAULT_FEATURES
+from ai4dl.lake.columns import DEFAULT_FEATURES, METRICS, lake_name
 from ai4dl.method.split import ContainerSplit
 
 
@@ -56,10 +56,23 @@ class SparkConfig:
     conf: Mapping[str, Any] = _key(factory=dict)
 
 
+def _check_folder(key: str, value: str) -> None:
+    """A folder ai4dl writes into must be named: not empty, not the current directory, not a filesystem root
+    (tables and models would be scattered among whatever else is there)."""
+    text = str(value).strip()
+    stripped = text.rstrip("/")
+    if not text or stripped in ("", ".", "..") or (":" in stripped and stripped.endswith(":")):
+        raise ConfigError(f"{key}: {value!r} is not allowed: a folder of its own (e.g. data/lake or s3a://bucket/lake)")
+
+
 @dataclass(frozen=True)
 class LakeConfig:
     root: str = "data/lake"
     models: str = "data/models"
+
+    def __post_init__(self) -> None:
+        _check_folder("lake.root", self.root)
+        _check_folder("lake.models", self.models)
 
 
 @dataclass(frozen=True)
@@ -93,6 +106,19 @@ class WindowConfig:
     max_gap_seconds: float | None = _key(None, lo=0, lo_open=True)
     # Use this model's scaler instead of fitting one (e.g. an imported reference model).
     scaler_from_model: str | None = None
+
+    def __post_init__(self) -> None:
+        # Source (dotted, as in the export) and lake (snake_case) names are both accepted; the lake's are kept.
+        names = tuple(lake_name(f) for f in self.features)
+        unknown = [f for f, n in zip(self.features, names) if n not in METRICS]
+        if unknown or not names:
+            raise ConfigError(
+                f"window.features: {unknown[0] if unknown else list(self.features)!r} is not allowed: "
+                f"metric columns, e.g. {', '.join(METRICS)} (or their dotted export names)"
+            )
+        if len(set(names)) != len(names):
+            raise ConfigError(f"window.features: {list(self.features)!r} names a feature twice")
+        object.__setattr__(self, "features", names)
 
     @property
     def split(self) -> ContainerSplit:
@@ -161,6 +187,9 @@ class PoliciesConfig:
 @dataclass(frozen=True)
 class ReportConfig:
     dir: str = "data/report"
+
+    def __post_init__(self) -> None:
+        _check_folder("report.dir", self.dir)
 
 
 @dataclass(frozen=True)
@@ -233,7 +262,8 @@ def _coerce(section: str, f: dataclasses.Field, hint: Any, value: Any) -> Any:
     allowed = _describe(f, typing.get_origin(kind) or kind) + (" or null" if optional else "")
 
     def bad() -> ConfigError:
-        return ConfigError(f"{key}: {value!r} is not allowed: {allowed}")
+        shown = "an empty value" if value is None else repr(value)
+        return ConfigError(f"{key}: {shown} is not allowed: {allowed}")
 
     if value is None:
         if optional:

@@ -53,22 +53,45 @@ class _Output:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def stage(name: str) -> Callable[[Callable[..., _Output]], Callable[..., StageResult]]:
-    """Register ``fn(cfg, lake, **options) -> _Output`` as the stage ``name``: session, lake, run log, timing."""
+# The folders a stage writes besides the lake (whose run log every stage writes).
+_FOLDERS = {"models": ("lake.models", lambda cfg: cfg.lake.models), "report": ("report.dir", lambda cfg: cfg.report.dir)}
+
+
+def stage(name: str, writes: tuple[str, ...] = ()) -> Callable[[Callable[..., _Output]], Callable[..., StageResult]]:
+    """Register ``fn(cfg, lake, **options) -> _Output`` as the stage ``name``.
+
+    Around it: the session and the lake handle; the lake root and the folders in ``writes`` (``models``,
+    ``report``) checked writable before anything is written; a "started" run-log row before the first commit;
+    every Delta commit tagged with the run id; then "finished" rows with what was written, or a "failed" row
+    with the error (a killed run keeps only its "started" row).
+    """
 
     def register(fn: Callable[..., _Output]) -> Callable[..., StageResult]:
         @functools.wraps(fn)
         def run_stage(cfg: Config, spark: Any = None, **options: Any) -> StageResult:
-            from ai4dl.lake.session import get_spark
-            from ai4dl.lake.tables import Lake
+            from ai4dl.lake import tables
 
             if not isinstance(cfg, Config):
                 raise TypeError(f"stage {name}: expected an ai4dl.config.Config, got {type(cfg).__name__}")
+            tables.check_writable("lake.root", cfg.lake.root)
+            for folder in writes:
+                key, value = _FOLDERS[folder]
+                tables.check_writable(key, value(cfg))
+            from ai4dl.lake.session import get_spark
+
             spark = spark if spark is not None else get_spark(cfg)
-            lake = Lake.for_config(spark, cfg)
+            lake = tables.Lake.for_config(spark, cfg)
+            run_id, started = tables.new_run_id(), tables.utc_now()
             t0 = time.time()
-            out = fn(cfg, lake, **options)
-            run_id = lake.log_run(name, out.written, cfg.digest, out.versions)
+            tables.log_started(lake, run_id, name, cfg.digest, started)
+            try:
+                with tables.commits_tagged(spark, run_id):
+                    out = fn(cfg, lake, **options)
+            except BaseException as exc:
+                if isinstance(exc, Exception):
+                    tables.log_failed(lake, run_id, name, cfg.digest, started, f"{type(exc).__name__}: {exc}".splitlines()[0])
+                raise
+            lake.log_run(name, out.written, cfg.digest, out.versions, run_id, started)
             return StageResult(name, dict(out.written), run_id, round(time.time() - t0, 3), out.details)
 
         STAGES[name] = run_stage
@@ -162,7 +185,7 @@ def resolve_model(cfg: Config, explicit: str | None = None) -> tuple[Any, str]:
     return load(path), str(path)
 
 
-@stage("train")
+@stage("train", writes=("models", "report"))
 def train(cfg: Config, lake: Any) -> _Output:
     """Silver -> a new model version (CRBM + k-means) under ``lake.models``, scored on held-out containers."""
     from ai4dl.method.model import save_version
@@ -190,7 +213,7 @@ def train(cfg: Config, lake: Any) -> _Output:
     return _Output({path: report["crbm_windows"]}, details={"model": model, "path": path, "report": report})
 
 
-@stage("refine")
+@stage("refine", writes=("models",))
 def refine(cfg: Config, lake: Any, phase: int, k: int = 2, model: str | None = None) -> _Output:
     """Split one phase of a model into ``k`` sub-phases; saves a new model version."""
     from ai4dl.method.model import save_version
@@ -204,7 +227,7 @@ def refine(cfg: Config, lake: Any, phase: int, k: int = 2, model: str | None = N
     return _Output({path: None}, details={"model": refined, "path": path})
 
 
-@stage("import-reference-model")
+@stage("import-reference-model", writes=("models",))
 def import_reference_model(cfg: Config, lake: Any, path: str, name: str = "reference") -> _Output:
     """The original AI4DL model JSON -> a model version under ``lake.models/<name>``."""
     from ai4dl.method.model import save_version
@@ -237,7 +260,7 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
 # --------------------------------------------------------------------------------------------------- behaviour
 
 
-@stage("behaviour")
+@stage("behaviour", writes=("report",))
 def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
     """Phases -> gold sequences, transitions and phase statistics; graphs as GraphML/JSON/PNG."""
     from ai4dl.behaviour import graph as G
@@ -342,7 +365,7 @@ def optimize(cfg: Config, lake: Any, tables: tuple[str, ...] = ()) -> _Output:
 # --------------------------------------------------------------------------------------------------- reporting
 
 
-@stage("report")
+@stage("report", writes=("report",))
 def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     """One HTML page of a run: a trace by phase, phase distributions, the graphs, the policy savings."""
     from pyspark.sql import functions as F
@@ -391,7 +414,7 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
 # --------------------------------------------------------------------------------------------------- demo
 
 
-@stage("demo")
+@stage("demo", writes=("models", "report"))
 def demo(cfg: Config, lake: Any, input: str | None = None) -> _Output:
     """generate -> ingest -> window -> train -> label -> behaviour -> policies -> report, in one session."""
     spark = lake.spark

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ai4dl.errors import InputError
 from ai4dl.traces.ingest import ingest
@@ -106,3 +110,102 @@ def test_parquet_input(cfg, dlaas_sample, spark, lake, tmp_path):
     src = spark.read.option("header", True).option("inferSchema", True).csv(str(dlaas_sample))
     src.write.parquet(str(tmp_path / "pq"))
     assert ingest(lake, cfg.ingest, str(tmp_path / "pq"), fmt="parquet").inserted == 204
+
+
+# --- every file by its own header (a folder of exports that do not agree on column order) ------------------
+
+
+def _bronze_rows(lake):
+    """Bronze's rows without the load time and file name, sorted: equal lists, equal tables."""
+    df = lake.read("bronze").drop("ingested_at", "source_file")
+    return sorted(tuple(r) for r in df.collect())
+
+
+def _split_sample(dlaas_sample, folder, orders):
+    """The sample's containers written as one file per column order (a list of column lists)."""
+    import pandas as pd
+
+    folder.mkdir()
+    raw = pd.read_csv(dlaas_sample, dtype=str, keep_default_na=False)
+    pods = sorted(raw["pod.id"].unique())
+    for i, columns in enumerate(orders):
+        part = raw[raw["pod.id"].isin(pods[i::len(orders)])]
+        part[list(columns)].to_csv(folder / f"part-{i}.csv", index=False)
+    return raw
+
+
+def test_a_folder_with_swapped_columns_lands_like_the_plain_sample(cfg, dlaas_sample, spark, tmp_path):
+    plain = Lake(spark, str(tmp_path / "plain"))
+    ingest(plain, cfg.ingest, str(dlaas_sample))
+    header = list(__import__("pandas").read_csv(dlaas_sample, nrows=0).columns)
+    swapped = list(header)
+    a, b = swapped.index("cpu.usage.pct"), swapped.index("mem.usage.pct")
+    swapped[a], swapped[b] = swapped[b], swapped[a]
+    _split_sample(dlaas_sample, tmp_path / "folder", [header, swapped, list(reversed(header))])
+    folder = Lake(spark, str(tmp_path / "lake-folder"))
+    result = ingest(folder, cfg.ingest, str(tmp_path / "folder"))
+    assert (result.valid, result.quarantined) == (204, 0)
+    assert _bronze_rows(folder) == _bronze_rows(plain)
+
+
+def test_pandas_index_columns_are_understood(cfg, dlaas_sample, spark, tmp_path):
+    import pandas as pd
+
+    plain = Lake(spark, str(tmp_path / "plain"))
+    ingest(plain, cfg.ingest, str(dlaas_sample))
+    raw = pd.read_csv(dlaas_sample, dtype=str, keep_default_na=False)
+    labelled = tmp_path / "labelled.csv"  # header ",timestamp,...": an index column with an empty label
+    raw.to_csv(labelled)
+    short = tmp_path / "short.csv"  # header "timestamp,...": the index has no header field at all
+    text = labelled.read_text().splitlines()
+    short.write_text("\n".join([text[0].lstrip(","), *text[1:]]) + "\n")
+    for path in (labelled, short):
+        lake = Lake(spark, str(tmp_path / f"lake-{path.stem}"))
+        result = ingest(lake, cfg.ingest, str(path))
+        assert (result.valid, result.quarantined) == (204, 0), path
+        assert _bronze_rows(lake) == _bronze_rows(plain), path
+
+
+def test_a_row_of_the_wrong_width_is_quarantined_whole(cfg, export, lake, tmp_path):
+    path = tmp_path / "wide.csv"
+    line = ",".join(export.row(pod_id="p9")) + ",extra,fields"
+    path.write_text(",".join(export.HEADER) + "\n" + ",".join(export.GOOD) + "\n" + line + "\n")
+    result = ingest(lake, cfg.ingest, str(path))
+    assert (result.valid, result.quarantined) == (1, 1)
+    (bad,) = lake.read("quarantine").collect()
+    assert bad["reason"].split(";")[0] == "malformed_row"
+    assert json.loads(bad["raw"]) == {"line": line}  # the whole line, nothing cut
+
+
+def test_a_header_that_fits_no_row_is_one_line_naming_the_file(cfg, export, lake, tmp_path):
+    path = tmp_path / "odd.csv"
+    path.write_text(",".join(export.HEADER) + "\n" + ",".join(export.GOOD[:-3]) + "\n")
+    with pytest.raises(InputError, match=r"odd\.csv: the header has 12 fields but the first row has 9"):
+        ingest(lake, cfg.ingest, str(path))
+
+
+def test_a_file_missing_a_column_in_a_folder_is_named(cfg, export, lake, tmp_path):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    export.write(folder / "a.csv", [export.row()])
+    header = [h for h in export.HEADER if h != "mem.limit"]
+    export.write(folder / "b.csv", [[v for h, v in zip(export.HEADER, export.GOOD) if h != "mem.limit"]], header=header)
+    with pytest.raises(InputError, match=r"b\.csv: missing column\(s\) 'mem.limit'"):
+        ingest(lake, cfg.ingest, str(folder))
+    assert not lake.exists("bronze")  # refused before anything was written
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=10**6))
+def test_any_column_order_per_file_lands_like_one_file(cfg, dlaas_sample, spark, tmp_path_factory, seed):
+    import random
+
+    header = list(__import__("pandas").read_csv(dlaas_sample, nrows=0).columns)
+    rng = random.Random(seed)
+    orders = [rng.sample(header, len(header)) for _ in range(rng.randint(2, 4))]
+    base = tmp_path_factory.mktemp("shuffled")
+    _split_sample(dlaas_sample, base / "folder", orders)
+    one, many = Lake(spark, str(base / "one")), Lake(spark, str(base / "many"))
+    ingest(one, cfg.ingest, str(dlaas_sample))
+    ingest(many, cfg.ingest, str(base / "folder"))
+    assert _bronze_rows(many) == _bronze_rows(one)

@@ -93,7 +93,10 @@ def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice)
     cfg, lake, sets = twice["cfg"], twice["lake"], twice["sets"]
     assert main(["train", *sets]) == 0  # a model version, logged by its directory
     assert main(["report", *sets]) == 0
-    log = lake.read("run_log").collect()
+    everything = lake.read("run_log").collect()
+    log = [r for r in everything if r["status"] == "finished"]
+    started = {r["run_id"] for r in everything if r["status"] == "started"}
+    assert started == {r["run_id"] for r in log}  # every finished run logged its start first, none died
     by_job: dict[str, list] = {}
     for r in log:
         by_job.setdefault(r["job"], []).append(r)

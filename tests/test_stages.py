@@ -150,7 +150,7 @@ def test_demo_then_refine_and_optimize_each_leave_run_log_rows(spark, cfg):
     assert refined.details["model"].refinements[0][1] == (0, 3)
     stages.optimize(small, spark, tables=("bronze", "phases"))
     lake = Lake.for_config(spark, small)
-    log = lake.read("run_log").collect()
+    log = lake.read("run_log").where("status = 'finished'").collect()
     jobs = {r["job"] for r in log}
     assert jobs == {"generate", "ingest", "window", "train", "label", "behaviour", "policies", "report", "demo", "refine", "optimize"}
     assert {r["config_hash"] for r in log} == {small.digest}
@@ -189,3 +189,66 @@ def test_pure_cores_import_and_run_without_pyspark(project_root, reference_model
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project_root, timeout=120)
     assert out.stdout.strip().endswith("PURE OK False"), out.stdout + out.stderr
+
+
+# --- folders, run log and history (issue: nothing written to the wrong place, a run log that misses nothing) --
+
+
+@pytest.mark.parametrize("override, key", [
+    ("lake.root=", "lake.root: an empty value is not allowed"),
+    ("lake.root=''", "lake.root: '' is not allowed: a folder of its own"),
+    ("lake.root=.", "lake.root: '.' is not allowed"),
+    ("lake.models=/", "lake.models: '/' is not allowed"),
+    ("report.dir='  '", "report.dir: '  ' is not allowed"),
+])
+def test_folders_that_are_no_folder_of_their_own_are_refused(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.").replace("(", r"\(")):
+        load_config(None, [override])
+
+
+def test_an_unwritable_lake_root_is_refused_before_any_write(cfg, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code = main(["ingest", "x.csv", "--set", f"lake.root={blocker / 'lake'}"])
+    assert code == 2
+    assert "lake.root:" in capsys.readouterr().err and not (blocker.parent / "lake").exists()
+    with pytest.raises(ConfigError, match="report.dir: .* is a file, not a folder"):
+        stages.report(cfg.replace(report={"dir": str(blocker)}))
+
+
+def test_dotted_and_snake_feature_names_are_one_and_the_same():
+    dotted = load_config(None, ["window.features=[cpu.usage.cores, mem.current]"])
+    snake = load_config(None, ["window.features=[cpu_usage_cores, mem_current]"])
+    assert dotted.window.features == snake.window.features == ("cpu_usage_cores", "mem_current")
+    with pytest.raises(ConfigError, match="window.features: 'mem.currant' is not allowed"):
+        load_config(None, ["window.features=[cpu.usage.cores, mem.currant]"])
+
+
+def test_run_log_has_started_failed_and_flags_what_a_dead_run_committed(spark, cfg, capsys):
+    from pyspark.sql import functions as F
+
+    from ai4dl.lake import tables
+
+    lake = Lake.for_config(spark, cfg)
+    with pytest.raises(MissingTableError):
+        stages.window(cfg, spark)  # no bronze yet: a failed run, logged as such
+    # A run that commits and is then killed: its "started" row and its tagged commit, nothing else.
+    started = tables.utc_now()
+    tables.log_started(lake, "deadbeef0001", "label", cfg.digest, started)
+    with tables.commits_tagged(spark, "deadbeef0001"):
+        lake.overwrite("transitions", spark.range(1).select(
+            F.lit(0).alias("src"), F.lit(1).alias("dst"), F.lit(1).cast("long").alias("count"),
+            F.lit(1.0).alias("probability")))
+    history = tables.run_history(lake)
+    status = dict(zip(history["job"], history["status"]))
+    assert status == {"window": "failed", "label": "unfinished"}
+    failed = history[history["job"] == "window"].iloc[0]
+    assert failed["message"].startswith("MissingTableError: table 'bronze' does not exist yet")
+    orphans = tables.orphan_commits(lake)
+    assert {(name, run) for name, _, run in orphans} == {("transitions", "deadbeef0001")}
+    assert max(v for _, v, _ in orphans) == lake.version("transitions")
+    assert main(["log", "--set", f"lake.root={cfg.lake.root}"]) == 0
+    out = capsys.readouterr().out
+    assert "! deadbeef0001 label" in out
+    assert f"transitions version {lake.version('transitions')} was committed by run deadbeef0001" in out
+    assert "1 unfinished" in out

@@ -165,6 +165,8 @@ DWELL = T.StructType(
 _SQL_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "double": T.DoubleType()}
 POLICY_REPLAY = T.StructType([T.StructField(n, _SQL_TYPES[t], nullable) for n, t, nullable in POLICY_REPLAY_FIELDS])
 
+# One row when a run starts (status "started", table "-"), then one per table or model it wrote (status
+# "finished") or one "failed" row with the error: a run with no row after "started" died (killed, lost node).
 RUN_LOG = T.StructType(
     [
         T.StructField("run_id", T.StringType(), False),
@@ -173,6 +175,9 @@ RUN_LOG = T.StructType(
         T.StructField("delta_version", T.LongType(), True),
         T.StructField("rows", T.LongType(), True),
         T.StructField("config_hash", T.StringType(), False),
-        T.StructField("finished_at", T.TimestampType(), False),
+        T.StructField("finished_at", T.TimestampType(), True),  # null on the "started" row
+        T.StructField("status", T.StringType(), True),  # started | finished | failed (null: rows of ai4dl <= 0.1)
+        T.StructField("started_at", T.TimestampType(), True),
+        T.StructField("message", T.StringType(), True),  # the error of a failed run
     ]
 )

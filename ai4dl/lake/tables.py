@@ -15,6 +15,7 @@ import json
 import re
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,6 +67,23 @@ def join_path(root: str, *parts: str) -> str:
     if is_uri(root):
         return "/".join([str(root).rstrip("/"), *parts])
     return str(Path(root).absolute().joinpath(*parts))
+
+
+def check_writable(key: str, path: str) -> None:
+    """Refuse, before any write, a local folder that cannot be created or written (``key`` names the config
+    key in the message). URIs are left to their filesystem: permissions there are the store's business."""
+    import os
+
+    if is_uri(path):
+        return
+    target = Path(path).absolute()
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{key}: {path!r} is a file, not a folder")
+    probe = target
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}: {path!r} cannot be written ({probe} is not a writable folder)")
 
 
 def spec(name: str) -> TableSpec:
@@ -122,8 +140,9 @@ class Lake:
         return optimize(self.spark, self.path(name), spec(name).zorder)
 
     def log_run(self, job: str, written: dict[str, int | None], config_digest: str,
-                versions: dict[str, int | None] | None = None) -> str:
-        return log_run(self, job, written, config_digest, versions)
+                versions: dict[str, int | None] | None = None, run_id: str | None = None,
+                started_at: datetime | None = None) -> str:
+        return log_run(self, job, written, config_digest, versions, run_id, started_at)
 
 
 def exists(spark: SparkSession, path: str) -> bool:
@@ -213,7 +232,8 @@ def overwrite(
     ensure_table(spark, path, schema, partition_by, props)
     writer = df.select(*schema.fieldNames()).write.format("delta").mode("overwrite")
     if props:
-        writer = writer.option("userMetadata", json.dumps({USER_METADATA_PROPERTIES: props}, sort_keys=True))
+        meta = {**session_commit_info(spark), USER_METADATA_PROPERTIES: props}  # the run's tag kept
+        writer = writer.option("userMetadata", json.dumps(meta, sort_keys=True))
     writer.save(path)
     if props:
         current = table_properties(spark, path)
@@ -321,9 +341,9 @@ def merge_new(
     df = df.select(*schema.fieldNames())
     cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in key)
     token = uuid.uuid4().hex
-    conf_key = "spark.databricks.delta.commitInfo.userMetadata"
+    conf_key = COMMIT_METADATA_CONF
     previous = spark.conf.get(conf_key, None)
-    spark.conf.set(conf_key, json.dumps({"ai4dl.commit": token}))
+    spark.conf.set(conf_key, json.dumps({**session_commit_info(spark), "ai4dl.commit": token}, sort_keys=True))
     try:
         for attempt in range(MERGE_RETRIES):
             try:
@@ -371,22 +391,67 @@ def optimize(spark: SparkSession, path: str, zorder: Iterable[str] = ()) -> dict
     return {"files_added": metrics[0], "files_removed": metrics[1]}
 
 
+def _ensure_run_log(lake: Lake) -> str:
+    """The run-log table, created or brought to the current schema (a lake of ai4dl 0.1 lacks status columns)."""
+    spark, path = lake.spark, lake.path("run_log")
+    ensure_table(spark, path, S.RUN_LOG)
+    have = set(spark.read.format("delta").load(path).columns)
+    missing = [f for f in S.RUN_LOG.fields if f.name not in have]
+    if missing:
+        cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
+        spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN finished_at DROP NOT NULL")
+    return path
+
+
+def _append_run_log(lake: Lake, rows: list[tuple]) -> None:
+    path = _ensure_run_log(lake)
+    frame = lake.spark.createDataFrame(rows, S.RUN_LOG)
+    for attempt in range(MERGE_RETRIES):  # appends never conflict with appends, but be safe with a concurrent create
+        try:
+            frame.write.format("delta").mode("append").save(path)
+            return
+        except Exception as exc:
+            if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def log_started(lake: Lake, run_id: str, job: str, config_digest: str, started_at: datetime) -> None:
+    """The "started" row, written before the run commits anything: a run that dies leaves this row alone."""
+    _append_run_log(lake, [(run_id, job, "-", None, None, config_digest, None, "started", started_at, None)])
+
+
+def log_failed(lake: Lake, run_id: str, job: str, config_digest: str, started_at: datetime, message: str) -> None:
+    """The "failed" row of a run that raised: its one-line error."""
+    _append_run_log(lake, [(run_id, job, "-", None, None, config_digest, utc_now(), "failed", started_at, message[:2000])])
+
+
 def log_run(
     lake: Lake,
     job: str,
     written: dict[str, int | None],
     config_digest: str,
     versions: dict[str, int | None] | None = None,
+    run_id: str | None = None,
+    started_at: datetime | None = None,
 ) -> str:
-    """Append what a job wrote (table, Delta version, rows) to the run-log table; returns the run id.
+    """Append what a run wrote (table, Delta version, rows) as "finished" rows; returns the run id.
 
     ``versions`` gives the exact versions a job committed (e.g. from :func:`merge_new`); otherwise the table's
     current version is recorded. A name that is not a lake table (e.g. a model directory) is logged as is,
-    without a Delta version. A stage that wrote nothing still leaves one row (table ``-``), so every run shows.
+    without a Delta version. A run that wrote nothing still leaves one row (table ``-``), so every run shows.
     """
-    spark = lake.spark
-    run_id = uuid.uuid4().hex[:12]
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    run_id = run_id or new_run_id()
+    now = utc_now()
     versions = versions or {}
     rows = []
     for name, n in (written or {"-": None}).items():
@@ -396,16 +461,104 @@ def log_run(
             v = lake.version(name)
         else:
             v = None
-        rows.append((run_id, job, name, None if v is None else int(v), None if n is None else int(n), config_digest, now))
-    path = lake.path("run_log")
-    ensure_table(spark, path, S.RUN_LOG)
-    frame = spark.createDataFrame(rows, S.RUN_LOG)
-    for attempt in range(MERGE_RETRIES):  # appends never conflict with appends, but be safe with a concurrent create
-        try:
-            frame.write.format("delta").mode("append").save(path)
-            return run_id
-        except Exception as exc:
-            if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
-                raise
-            time.sleep(0.5 * (attempt + 1))
+        rows.append((run_id, job, name, None if v is None else int(v), None if n is None else int(n), config_digest,
+                     now, "finished", started_at or now, None))
+    _append_run_log(lake, rows)
     return run_id
+
+
+COMMIT_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+RUN_ID_KEY = "ai4dl.run_id"
+
+
+def session_commit_info(spark: SparkSession) -> dict[str, Any]:
+    """The JSON the session stamps on every Delta commit (``commitInfo.userMetadata``), as a dict."""
+    text = spark.conf.get(COMMIT_METADATA_CONF, None)
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@contextmanager
+def commits_tagged(spark: SparkSession, run_id: str):
+    """Every Delta commit made inside carries ``{"ai4dl.run_id": run_id}`` in its userMetadata, so a version
+    committed by a run that then died is recognisable in the table's history (see ``ai4dl log``)."""
+    previous = spark.conf.get(COMMIT_METADATA_CONF, None)
+    spark.conf.set(COMMIT_METADATA_CONF, json.dumps({**session_commit_info(spark), RUN_ID_KEY: run_id}, sort_keys=True))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(COMMIT_METADATA_CONF)
+        else:
+            spark.conf.set(COMMIT_METADATA_CONF, previous)
+
+
+def commit_run_ids(lake: Lake, name: str, limit: int = _HISTORY_SCAN) -> dict[int, str]:
+    """Delta version -> the ai4dl run that committed it, for a table's recent history."""
+    from delta.tables import DeltaTable
+
+    if not lake.exists(name):
+        return {}
+    out = {}
+    for r in DeltaTable.forPath(lake.spark, lake.path(name)).history(limit).select("version", "userMetadata").collect():
+        try:
+            meta = json.loads(r["userMetadata"]) if r["userMetadata"] else {}
+        except ValueError:
+            continue
+        if isinstance(meta, dict) and RUN_ID_KEY in meta:
+            out[int(r["version"])] = str(meta[RUN_ID_KEY])
+    return out
+
+
+def run_history(lake: Lake, last: int = 20) -> "Any":
+    """The last ``last`` runs, newest first, one row each (pandas): ``run_id, job, status, started_at,
+    finished_at, written, message``. ``status`` is ``finished``, ``failed``, or ``unfinished`` for a run with a
+    "started" row and nothing after it (still running, or killed); rows of ai4dl 0.1 count as finished."""
+    import pandas as pd
+
+    columns = ["run_id", "job", "status", "started_at", "finished_at", "written", "message"]
+    if not lake.exists("run_log"):
+        return pd.DataFrame(columns=columns)
+    log = lake.read("run_log").toPandas()
+    if "status" not in log:
+        log["status"], log["started_at"], log["message"] = None, log["finished_at"], None
+    log["status"] = log["status"].fillna("finished")
+    out = []
+    for run_id, rows in log.groupby("run_id", sort=False):
+        statuses = set(rows["status"])
+        status = "failed" if "failed" in statuses else "finished" if "finished" in statuses else "unfinished"
+        done = rows[rows["status"] == "finished"]
+        written = ", ".join(
+            f"{r.table}@v{int(r.delta_version)}" if pd.notna(r.delta_version) else str(r.table)
+            for r in done.itertuples() if r.table != "-"
+        )
+        message = rows["message"].dropna()
+        out.append({
+            "run_id": run_id, "job": rows["job"].iloc[0], "status": status,
+            "started_at": rows["started_at"].min(), "finished_at": rows["finished_at"].max(),
+            "written": written, "message": message.iloc[0] if len(message) else None,
+        })
+    frame = pd.DataFrame(out, columns=columns).sort_values("started_at", ascending=False, na_position="last")
+    return frame.head(last).reset_index(drop=True)
+
+
+def orphan_commits(lake: Lake) -> list[tuple[str, int, str]]:
+    """``(table, version, run_id)`` of recent commits made by runs that never logged "finished": what a killed
+    run left behind (the data is a complete Delta version; the run log just never recorded it)."""
+    if not lake.exists("run_log"):
+        return []
+    log = lake.read("run_log")
+    if "status" not in log.columns:
+        return []
+    finished = {r[0] for r in log.where("status = 'finished' OR status IS NULL").select("run_id").distinct().collect()}
+    out = []
+    for name in TABLES:
+        if name == "run_log":
+            continue
+        for v, run_id in sorted(commit_run_ids(lake, name).items()):
+            if run_id not in finished:
+                out.append((name, v, run_id))
+    return out

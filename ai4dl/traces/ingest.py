@@ -88,12 +88,157 @@ def column_mapping(overrides: dict[str, str] | None = None) -> dict[str, str]:
     return mapping
 
 
+INDEX_COLUMN = "_index"  # a leading unnamed column (a pandas export's index): kept in raw, never used
+CORRUPT_COLUMN = "_corrupt_record"  # the whole line of a row whose field count differs from its header's
+
+
+@dataclass(frozen=True)
+class CsvFile:
+    """One CSV file as its own header describes it: the columns by position, and whether a leading unnamed
+    index column (data rows one field longer than the header) precedes them."""
+
+    path: str
+    columns: tuple[str, ...]
+    index_column: bool = False
+
+    @property
+    def schema_columns(self) -> tuple[str, ...]:
+        return ((INDEX_COLUMN,) if self.index_column else ()) + self.columns
+
+
+def display_path(path: str) -> str:
+    """A Hadoop ``file:`` URI as the local path a user typed; other URIs unchanged (for messages)."""
+    if path.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        return unquote(urlparse(path).path)
+    return path
+
+
+def _split_line(line: str, delimiter: str) -> list[str]:
+    import csv
+
+    return next(csv.reader([line], delimiter=delimiter), [])
+
+
+def list_files(spark: SparkSession, path: str) -> list[str]:
+    """The data files of a file, folder (recursively) or glob, as Spark would read them (hidden ``.``/``_``
+    files skipped), sorted; through Hadoop's FileSystem so local paths and URIs list alike."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    pattern = jvm.org.apache.hadoop.fs.Path(path)
+    fs = pattern.getFileSystem(conf)
+    statuses = fs.globStatus(pattern) or []
+    out: list[str] = []
+    stack = list(statuses)
+    while stack:
+        status = stack.pop()
+        name = status.getPath().getName()
+        if name.startswith((".", "_")) and status.getPath().toString() != pattern.toString():
+            continue
+        if status.isDirectory():
+            stack.extend(fs.listStatus(status.getPath()))
+        else:
+            out.append(status.getPath().toString())
+    return sorted(out)
+
+
+def _first_lines(spark: SparkSession, path: str, n: int = 2) -> list[str]:
+    """The first ``n`` lines of a (possibly compressed) file, decoded as UTF-8 without a byte-order mark."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    stream = hpath.getFileSystem(conf).open(hpath)
+    codec = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf).getCodec(hpath)
+    if codec is not None:
+        stream = codec.createInputStream(stream)
+    reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
+    try:
+        lines = []
+        for _ in range(n):
+            line = reader.readLine()
+            if line is None:
+                break
+            lines.append(str(line))
+    finally:
+        reader.close()
+    if lines:
+        lines[0] = lines[0].lstrip("\ufeff")
+    return lines
+
+
+def describe_csv(spark: SparkSession, path: str, delimiter: str) -> CsvFile | None:
+    """How one file's rows are laid out, from its header and first data row; None for an empty file.
+
+    A header one field shorter than its rows whose first field is blank-named is a pandas index without a
+    label (the original AI4DL ``sample-vr.csv``): the extra leading column is the index. Any other mismatch, a
+    duplicated column name or an unnamed column is an :class:`InputError` naming the file.
+    """
+    lines = _first_lines(spark, path)
+    where = display_path(path)
+    if not lines or not lines[0].strip():
+        return None
+    header = [c.strip() for c in _split_line(lines[0], delimiter)]
+    index = False
+    if len(lines) > 1 and lines[1].strip():
+        width = len(_split_line(lines[1], delimiter))
+        if width == len(header) + 1:
+            index = True
+        elif width != len(header) and len(header) > 1:
+            raise InputError(
+                f"{where}: the header has {len(header)} fields but the first row has {width}; "
+                "fix the header (or the delimiter, ingest.delimiter)"
+            )
+    if header and header[0] == "" and len(header) > 1:  # an index column with an empty label
+        header[0], index = INDEX_COLUMN, False
+    dupes = sorted({c for c in header if header.count(c) > 1})
+    if dupes:
+        raise InputError(f"{where}: column(s) {', '.join(repr(c) for c in dupes)} appear more than once in the header")
+    if "" in header:
+        raise InputError(f"{where}: the header has an unnamed column at position {header.index('') + 1}")
+    return CsvFile(path, tuple(header), index)
+
+
+def read_csv_by_header(spark: SparkSession, path: str, delimiter: str = ",") -> tuple[DataFrame | None, list[CsvFile]]:
+    """Every file read by its own header, then the files united by column name.
+
+    Spark's CSV reader takes one header for a whole folder and reads the other files by position, so a file
+    with its columns in another order would silently land in the wrong columns. Here the files are grouped
+    by identical header and each group is read with that header as an explicit all-string schema; groups are
+    united by name (a column a file lacks is null there). A row whose field count differs from its header
+    keeps its whole line in ``_corrupt_record``.
+    """
+    files = list_files(spark, path)
+    if not files:
+        raise InputError(f"{path}: no such input")
+    described = [d for d in (describe_csv(spark, f, delimiter) for f in files) if d is not None]
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for d in described:
+        groups.setdefault(d.schema_columns, []).append(d.path)
+    frames = []
+    for columns, paths in groups.items():
+        schema = T.StructType([T.StructField(c, T.StringType(), True) for c in (*columns, CORRUPT_COLUMN)])
+        reader = (
+            spark.read.schema(schema).option("header", "true").option("enforceSchema", "true")
+            .option("delimiter", delimiter).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+        )
+        frames.append(reader.csv(paths).withColumn("source_file", F.col("_metadata.file_path")))
+    if not frames:
+        return None, described
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other, allowMissingColumns=True)
+    return df, described
+
+
 def read_source(spark: SparkSession, path: str, fmt: str = "csv", delimiter: str = ",") -> DataFrame:
     """Read an export as it is: CSV columns stay strings so a bad number is seen, not nulled by inference."""
     if fmt == "csv":
-        reader = spark.read.option("header", "true").option("delimiter", delimiter).option("mode", "PERMISSIVE")
-        df = reader.option("inferSchema", "false").csv(path)
-    elif fmt in ("parquet", "delta"):
+        df, _ = read_csv_by_header(spark, path, delimiter)
+        if df is None:
+            raise InputError(f"{path}: empty input (no header)")
+        return df
+    if fmt in ("parquet", "delta"):
         df = spark.read.format(fmt).load(path)
     else:
         raise InputError(f"{path}: unknown input format '{fmt}' (csv, parquet or delta)")
@@ -113,11 +258,12 @@ def _delimiter_hint(columns: list[str], delimiter: str) -> str:
     return ""
 
 
-def _check_columns(df: DataFrame, mapping: dict[str, str], where: str, delimiter: str = ",") -> dict[str, str]:
-    columns = [c for c in df.columns if c != "source_file"]
+def check_columns(columns: list[str], mapping: dict[str, str], where: str, delimiter: str = ",") -> dict[str, str]:
+    """Source -> lake names of the columns present; a missing required column is a one-line error."""
+    columns = [c for c in columns if c not in ("source_file", CORRUPT_COLUMN, INDEX_COLUMN)]
     if not columns:
         raise InputError(f"{where}: empty input (no header)")
-    present = {src: dst for src, dst in mapping.items() if src in df.columns}
+    present = {src: dst for src, dst in mapping.items() if src in columns}
     have = {dst for dst in present.values()}
     missing = [c for c in REQUIRED if c not in have]
     if missing:
@@ -174,9 +320,12 @@ def validate(
     every metric finite and >= 0) or carries every reason it failed.
     """
     mapping = mapping if mapping is not None else column_mapping()
-    present = _check_columns(df, mapping, where, delimiter)
-    source_cols = [c for c in df.columns if c != "source_file"]
-    raw = F.to_json(F.struct(*[F.col(f"`{c}`") for c in source_cols]), {"ignoreNullFields": "false"})
+    present = check_columns(df.columns, mapping, where, delimiter)
+    source_cols = [c for c in df.columns if c not in ("source_file", CORRUPT_COLUMN)]
+    fields = F.to_json(F.struct(*[F.col(f"`{c}`") for c in source_cols]), {"ignoreNullFields": "false"})
+    corrupt = F.col(CORRUPT_COLUMN) if CORRUPT_COLUMN in df.columns else F.lit(None).cast("string")
+    # A malformed row keeps its whole line: its fields were cut or padded to the header's width.
+    raw = F.when(corrupt.isNotNull(), F.to_json(F.struct(corrupt.alias("line")))).otherwise(fields)
     src = {dst: F.col(f"`{s}`") for s, dst in present.items()}
 
     checks: list[Column] = []
@@ -202,6 +351,7 @@ def validate(
         v = typed[pct]
         checks.append(F.when((v > 100.0 * max_usage_factor) & ~F.isnan(v), F.lit(f"usage_above_limit:{pct}")))
 
+    checks.insert(0, F.when(corrupt.isNotNull(), F.lit("malformed_row")))
     reasons = F.array_join(F.filter(F.array(*checks), lambda x: x.isNotNull()), ";")
     # A blank service would be a null partition value (NOT NULL in bronze): it is "unknown", like a missing one.
     service = (
@@ -277,8 +427,16 @@ def ingest(lake: Lake, settings: IngestConfig, path: str | None = None, fmt: str
     if not path:
         raise InputError("no input: pass a path or set ingest.input")
     fmt = fmt or settings.format
+    mapping = column_mapping(dict(settings.columns))
     try:
-        source = read_source(spark, path, fmt, settings.delimiter)
+        if fmt == "csv":  # each file by its own header, each checked for the required columns by name
+            source, files = read_csv_by_header(spark, path, settings.delimiter)
+            for f in files:
+                check_columns(list(f.columns), mapping, display_path(f.path), settings.delimiter)
+            if source is None:
+                raise InputError(f"{path}: empty input (no header)")
+        else:
+            source = read_source(spark, path, fmt, settings.delimiter)
     except InputError:
         raise
     except Exception as exc:  # Spark's AnalysisException for a missing path: say it in one line
@@ -288,7 +446,7 @@ def ingest(lake: Lake, settings: IngestConfig, path: str | None = None, fmt: str
         if "UNABLE_TO_INFER_SCHEMA" in text or "DELTA_MISSING_DELTA_TABLE" in text or "not a Delta table" in text:
             raise InputError(f"{path}: cannot read as {fmt} ({text.splitlines()[0][:200]})") from None
         raise
-    validated = validate(source, column_mapping(dict(settings.columns)), settings.max_usage_factor, where=path, delimiter=settings.delimiter)
+    validated = validate(source, mapping, settings.max_usage_factor, where=path, delimiter=settings.delimiter)
     # Only the narrow typed rows are cached (no raw JSON): one parse of the input serves the bronze MERGE and
     # the counts; the raw rows are re-read, filtered, for the quarantine alone.
     ranked = rank_duplicates(validated).persist(StorageLevel.MEMORY_AND_DISK)
