@@ -168,13 +168,22 @@ class BehaviourConfig:
 @dataclass(frozen=True)
 class PoliciesConfig:
     interval_steps: int = _key(10, lo=1)
-    k_std: float = _key(2.0, lo=0)
-    margin: float = _key(0.15, lo=0)
-    vpa_percentile: float = _key(0.9, lo=0, hi=1)
+    k_std: float = _key(2.0, lo=0)  # prev.step.rules' knob
+    margin: float = _key(0.15, lo=0)  # phase.rule's and phase.proactive's knob
+    prev_max_margin: float = _key(0.0, lo=0)  # prev.step.max's knob: headroom over the previous interval's max
     # phase.rule: a phase's quantile of usage, as a share of the container's limit (fraction) or absolute.
     phase_statistic: str = _key("fraction", choices=("fraction", "absolute"))
     phase_quantile: float = _key(0.95, lo=0, hi=1)
-    vpa_half_life_steps: float = _key(120, lo=0, lo_open=True)
+    # phase.proactive also provisions for every phase the current one is followed by with this probability.
+    proactive_threshold: float = _key(0.2, lo=0, hi=1)
+    # vpa: the real recommender's knobs; the defaults are the "matched" conformance flags (20 min memory).
+    vpa_percentile: float = _key(0.9, lo=0, hi=1)  # vpa's knob: target percentile of CPU and memory
+    vpa_margin: float = _key(0.15, lo=0)  # VPA's own safety margin
+    vpa_cpu_half_life_s: float = _key(1200.0, lo=0, lo_open=True)
+    vpa_mem_half_life_s: float = _key(1200.0, lo=0, lo_open=True)
+    vpa_mem_interval_s: float = _key(1200.0, lo=0, lo_open=True)  # one memory peak per window this long
+    # Seconds per step when a trace has no timestamps (VPA's clock, throttled core-seconds).
+    vpa_step_seconds: float = _key(10.0, lo=0, lo_open=True)
 
     def __post_init__(self) -> None:
         if self.phase_statistic == "absolute" and self.phase_quantile not in (0.5, 0.95, 0.99):

@@ -78,4 +78,14 @@ POLICY_REPLAY_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("shortfall_steps", "bigint", False),
     ("shortfall_total", "double", False),  # sum of max(usage - allocation, 0)
     ("shortfall_max", "double", False),  # 0 without steps
+    # Shortfalls as the container feels them: memory above its allocation is an OOM kill, CPU above it is
+    # throttling. Each is 0 on the other resource's rows.
+    ("oom_kills", "bigint", False),  # mem: steps with usage > allocation
+    ("throttled_steps", "bigint", False),  # cpu: steps with usage > allocation
+    ("throttled_core_seconds", "double", False),  # cpu: sum of max(usage - allocation, 0) x step duration (s)
 )
+
+# The calibration frontier: the replay rows of every (policy, knob value, resource). ``knob`` is the value of the
+# policy's one knob (:data:`ai4dl.policies.replay.KNOBS`), null for the policies without one. The replay's
+# columns come first, so dropping ``knob`` gives a ``POLICY_REPLAY`` frame.
+POLICY_FRONTIER_FIELDS: tuple[tuple[str, str, bool], ...] = (*POLICY_REPLAY_FIELDS, ("knob", "double", True))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pyspark.sql import types as T
 
 from ai4dl.lake.columns import (  # noqa: F401  (re-exported: one import for names and schemas)
-    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_REPLAY_FIELDS, SERVICE, SOURCE_COLUMNS, TS, lake_name, source_name,
+    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS, SERVICE, SOURCE_COLUMNS, TS, lake_name, source_name,
 )
 
 _metric_fields = [T.StructField(m, T.DoubleType(), True) for m in METRICS]
@@ -161,9 +161,18 @@ DWELL = T.StructType(
     ]
 )
 
-# Gold: one row per replayed container, policy and resource (cpu in cores, mem in bytes).
 _SQL_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "double": T.DoubleType()}
-POLICY_REPLAY = T.StructType([T.StructField(n, _SQL_TYPES[t], nullable) for n, t, nullable in POLICY_REPLAY_FIELDS])
+
+
+def _struct(declared: tuple[tuple[str, str, bool], ...]) -> T.StructType:
+    """The Spark schema of fields declared without Spark as (name, SQL type, nullable)."""
+    return T.StructType([T.StructField(n, _SQL_TYPES[t], nullable) for n, t, nullable in declared])
+
+
+# Gold: one row per replayed container, policy and resource (cpu in cores, mem in bytes).
+POLICY_REPLAY = _struct(POLICY_REPLAY_FIELDS)
+# Calibration: the replay of every (policy, knob value, resource), see ai4dl.policies.replay.replay_container_grid.
+POLICY_FRONTIER = _struct(POLICY_FRONTIER_FIELDS)
 
 # One row when a run starts (status "started", table "-"), then one per table or model it wrote (status
 # "finished") or one "failed" row with the error: a run with no row after "started" died (killed, lost node).

@@ -4,28 +4,64 @@ the executors, fleet totals per (policy, resource), and the per-phase statistics
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from ai4dl.lake.schema import POLICY_REPLAY
-from ai4dl.policies.replay import INPUT_COLUMNS, POLICIES, PolicyParams, finite_value, normalise_stats, replay_container
+from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
+from ai4dl.policies.replay import (
+    INPUT_COLUMNS,
+    POLICIES,
+    PolicyParams,
+    finite_value,
+    normalise_stats,
+    normalise_transitions,
+    replay_container,
+    replay_container_grid,
+)
+
+
+def _plain(phase_stats: Mapping | None, transitions: Any) -> tuple[dict, dict]:
+    """Phase statistics and transition probabilities as plain picklable dicts, read once on the driver
+    (``transitions`` may be the small gold ``phase_transitions`` Spark DataFrame)."""
+    stats = {int(k): dict(v) for k, v in normalise_stats(phase_stats).items()}
+    flat = {(src, dst): p for src, dsts in normalise_transitions(transitions).items() for dst, p in dsts.items()}
+    return stats, flat
 
 
 def replay_fleet(
-    phases_df: DataFrame, params: PolicyParams | None = None, phase_stats: Mapping | None = None
+    phases_df: DataFrame, params: PolicyParams | None = None, phase_stats: Mapping | None = None, transitions: Any = None
 ) -> DataFrame:
     """:func:`replay_container` over every container of a ``PHASES`` DataFrame, in the executors."""
     params = params or PolicyParams()
-    stats = {int(k): dict(v) for k, v in normalise_stats(phase_stats).items()}  # plain, picklable
+    stats, flat = _plain(phase_stats, transitions)
 
     def replay(pdf: pd.DataFrame) -> pd.DataFrame:
-        return replay_container(pdf, params, stats)
+        return replay_container(pdf, params, stats, flat)
 
     return phases_df.select(*INPUT_COLUMNS).groupBy("pod_id").applyInPandas(replay, POLICY_REPLAY)
+
+
+def replay_fleet_grid(
+    phases_df: DataFrame,
+    params: PolicyParams | None = None,
+    phase_stats: Mapping | None = None,
+    transitions: Any = None,
+    knobs: Mapping[str, Sequence[float]] | None = None,
+) -> DataFrame:
+    """:func:`replay_container_grid` over every container (``POLICY_FRONTIER`` rows), in the executors; summed
+    per (policy, resource, knob) it is what :func:`~ai4dl.policies.replay.choose_knob` calibrates on."""
+    params = params or PolicyParams()
+    stats, flat = _plain(phase_stats, transitions)
+    grid = {p: [float(v) for v in values] for p, values in (knobs or {}).items()}
+
+    def replay(pdf: pd.DataFrame) -> pd.DataFrame:
+        return replay_container_grid(pdf, params, stats, flat, grid)
+
+    return phases_df.select(*INPUT_COLUMNS).groupBy("pod_id").applyInPandas(replay, POLICY_FRONTIER)
 
 
 def _ratio(num, den):

@@ -12,21 +12,44 @@ chooses one allocation per resource (``cpu`` in cores, ``mem`` in bytes) and hol
 ``current.step.rules`` (oracle)
     ``mean + k_std * std`` (population std) of the coming interval's usage; no margin.
 ``prev.step.max`` (reactive)
-    the max of the previous interval's usage; the first interval gets the limit.
+    the max of the previous interval's usage times ``1 + prev_max_margin`` (0 by default: the plain max); the
+    first interval gets the limit.
 ``prev.step.rules`` (reactive)
     ``mean + k_std * std`` of the previous interval; the first interval gets the limit.
 ``phase.rule``
     the phase of the container is the last non-null phase of a step *before* the interval starts (normally the
-    last step of the previous interval); the allocation is that phase's statistic from ``phase_stats`` (e.g. its
-    p95 over training containers) times ``1 + margin``. No phase seen yet, or a phase without a (finite)
-    statistic: the limit.
-``vpa`` (Kubernetes VPA-style recommender)
-    the ``vpa_percentile`` weighted percentile of *all* past usage samples of the container, times
-    ``1 + margin``. A sample ``s`` steps old at the interval start weighs ``2 ** (-s / vpa_half_life_steps)``
-    (exponential decay with that half-life). The histogram is exact: a weighted quantile over the past samples
-    themselves, not VPA's fixed exponential buckets, so the recommendation is not quantised to bucket edges.
-    The percentile is the smallest past value whose cumulative weight reaches ``percentile * total weight``.
-    The first interval (no history) gets the limit.
+    last step of the previous interval); the allocation is that phase's statistic from ``phase_stats`` times
+    ``1 + margin``. A statistic is either absolute (``{"cpu": cores, "mem": bytes}``, e.g. the phase's p95 over
+    training containers) or a share of the limit (``{"cpu_fraction": f, "mem_fraction": f}``), which is
+    multiplied by this container's limit at the interval start, so one fleet statistic fits containers of every
+    size. No phase seen yet, or a phase without a (finite) statistic: the limit.
+``phase.proactive``
+    ``phase.rule`` that also provisions for where the container is likely to go next: with ``p`` the current
+    phase (as above) and ``transitions`` the fleet's probabilities ``P(p -> q)`` that the run after a run of
+    ``p`` is in phase ``q`` (the gold ``phase_transitions`` table), the allocation is the max of the
+    statistics of ``p`` and of every ``q`` with ``P(p -> q) >= proactive_threshold``, times ``1 + margin``, at the
+    container's scale as in ``phase.rule``. A reactive policy is short for a whole interval each time a phase
+    change lands at an interval boundary; this one is not, as long as the change is a likely one. The
+    probabilities say which phase comes next, not when: the likely successors are provisioned for at every
+    interval of a run, not only near its end. No phase seen yet, or a phase to provision for without a (finite)
+    statistic: the limit. Without ``transitions`` it equals ``phase.rule``.
+``vpa`` (the Kubernetes VPA recommender, v1.8.1)
+    the target of the real VPA recommender (:class:`ai4dl.policies.vpa.VpaRecommender`, equal to the Go code
+    decision by decision): CPU target for ``cpu``, memory target for ``mem``. Before each interval the
+    recommender has been fed, in step order, every known sample of the container before the interval (one
+    recommender per container and resource, fed once: O(n)). Its parameters: ``vpa_percentile`` (target
+    percentile of both resources, the policy's knob), ``vpa_margin`` (VPA's safety margin; the generic
+    ``margin`` is not applied), ``vpa_cpu_half_life_s`` / ``vpa_mem_half_life_s`` (histogram decay) and
+    ``vpa_mem_interval_s`` (one memory peak per window), VPA's defaults otherwise (25 millicores / 250 MiB
+    minimum). Its clock is the trace's timestamps in seconds (``ts_seconds``, the ``ts`` column in
+    :func:`replay_container`), or step index x ``vpa_step_seconds`` without them. Memory is a closed loop as in
+    the conformance harness's ``-oom-on-shortfall``: the first step of an interval whose memory usage exceeds
+    the memory allocation in force is reported to the recommender as an OOM kill (``RecordOOM`` with that
+    allocation as the request, before the step's sample), which bumps its memory histogram; that includes usage
+    above the limit before the first recommendation (a container OOM-killed at its limit is seen by VPA too,
+    while the harness, which knows no limit, reports nothing then). The first interval, or any interval before
+    the resource's first sample, gets the limit. Only a memory target may differ from the harness's: the
+    harness waits for a first *CPU* sample, a memory-only replay for a first memory sample.
 
 Conventions, shared by all policies:
 
@@ -36,10 +59,19 @@ Conventions, shared by all policies:
   interval whose relevant usage is entirely null gets the limit (nothing to base a decision on).
 * Null limits are filled forward then backward within the container (the limit is a per-container constant in
   practice); a step whose limit is still unknown is skipped by the metrics like a null-usage step.
-* Rows with a null phase are replayed like any other (their usage is known); only ``phase.rule``'s phase
+* Rows with a null phase are replayed like any other (their usage is known); only the phase policies' phase
   detection skips them.
 * Usage above the limit cannot be met by any policy (allocations are capped), so it counts as shortfall even
   for ``static`` and the oracles.
+* Shortfalls are what the container feels: a memory step with usage above the allocation is an OOM kill
+  (``oom_kills``), a CPU step above it is throttled (``throttled_steps``, and ``throttled_core_seconds``: the
+  missing cores times the step's duration, from consecutive timestamps, see :func:`step_durations`).
+
+Calibration: each policy family has one knob (:data:`KNOBS`) trading allocation for service level.
+:func:`replay_container_grid` replays every knob value of a grid and :func:`choose_knob` picks, per policy and
+resource, the cheapest value that reaches a target fulfilment, so policies are compared at a matched service
+level rather than each at an arbitrary default. :func:`next_phase_f1` scores the transition probabilities
+``phase.proactive`` relies on.
 
 This module is numpy/pandas only (importable without Spark); :mod:`ai4dl.policies.fleet` runs
 :func:`replay_container` over a Spark DataFrame of the ``PHASES`` schema without collecting the fleet.
@@ -47,14 +79,18 @@ This module is numpy/pandas only (importable without Spark); :mod:`ai4dl.policie
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from ai4dl.lake.columns import POLICY_REPLAY_FIELDS
+
+from ai4dl.errors import ConfigError, InputError
+from ai4dl.lake.columns import POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS
+from ai4dl.policies.vpa import VpaParams, VpaRecommender
 
 POLICIES: tuple[str, ...] = (
     "static",
@@ -63,8 +99,20 @@ POLICIES: tuple[str, ...] = (
     "prev.step.max",
     "prev.step.rules",
     "phase.rule",
+    "phase.proactive",
     "vpa",
 )
+
+_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)
+# policy -> (the PolicyParams field that is its one knob, the default calibration grid, cheapest first). The
+# oracles and static have no knob: they are the bounds a calibrated policy is compared with.
+KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "prev.step.max": ("prev_max_margin", _MARGINS),
+    "prev.step.rules": ("k_std", (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)),
+    "phase.rule": ("margin", _MARGINS),
+    "phase.proactive": ("margin", _MARGINS),
+    "vpa": ("vpa_percentile", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99)),
+}
 
 # resource -> (usage column, limit column) of the PHASES schema.
 RESOURCES: dict[str, tuple[str, str]] = {
@@ -72,29 +120,47 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "mem": ("mem_current", "mem_limit"),
 }
 
-# One row per (container, policy, resource): the columns of ai4dl.lake.schema.POLICY_REPLAY.
+# One row per (container, policy, resource): the columns of ai4dl.lake.schema.POLICY_REPLAY; with the knob
+# value, one row per (container, policy, knob, resource): ai4dl.lake.schema.POLICY_FRONTIER.
 REPLAY_COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in POLICY_REPLAY_FIELDS)
+FRONTIER_COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in POLICY_FRONTIER_FIELDS)
 _PANDAS_DTYPES = {"bigint": "int64", "double": "float64"}
 
 # PHASES columns a replay needs (activations and the rest are not shipped to the Python workers).
-INPUT_COLUMNS = ("pod_id", "service", "step", "phase", "cpu_usage_cores", "cpu_num_cores", "mem_current", "mem_limit")
+INPUT_COLUMNS = ("pod_id", "service", "ts", "step", "phase", "cpu_usage_cores", "cpu_num_cores", "mem_current", "mem_limit")
 
 
 @dataclass(frozen=True)
 class PolicyParams:
+    """The replay's parameters (the ``policies`` config section without the phase-statistic choice)."""
+
     interval_steps: int = 10
     k_std: float = 2.0
     margin: float = 0.15
+    prev_max_margin: float = 0.0
+    proactive_threshold: float = 0.2
     vpa_percentile: float = 0.9
-    vpa_half_life_steps: float = 120
+    vpa_margin: float = 0.15
+    vpa_cpu_half_life_s: float = 1200.0
+    vpa_mem_half_life_s: float = 1200.0
+    vpa_mem_interval_s: float = 1200.0
+    vpa_step_seconds: float = 10.0
 
     def __post_init__(self) -> None:
+        def bad(name: str, allowed: str) -> ConfigError:
+            return ConfigError(f"PolicyParams.{name}={getattr(self, name)!r} is invalid: {allowed}")
+
         if int(self.interval_steps) < 1:
-            raise ValueError(f"interval_steps must be >= 1, got {self.interval_steps}")
-        if not 0.0 <= float(self.vpa_percentile) <= 1.0:
-            raise ValueError(f"vpa_percentile must be in [0, 1], got {self.vpa_percentile}")
-        if float(self.vpa_half_life_steps) <= 0:
-            raise ValueError(f"vpa_half_life_steps must be > 0, got {self.vpa_half_life_steps}")
+            raise bad("interval_steps", "must be >= 1")
+        for name in ("vpa_percentile", "proactive_threshold"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise bad(name, "must be in [0, 1]")
+        for name in ("k_std", "margin", "prev_max_margin", "vpa_margin"):
+            if not float(getattr(self, name)) >= 0.0:
+                raise bad(name, "must be >= 0")
+        for name in ("vpa_cpu_half_life_s", "vpa_mem_half_life_s", "vpa_mem_interval_s", "vpa_step_seconds"):
+            if not float(getattr(self, name)) > 0.0:
+                raise bad(name, "must be > 0 seconds")
 
     @classmethod
     def from_config(cls, section: Any) -> "PolicyParams":
@@ -103,6 +169,18 @@ class PolicyParams:
         values = section if isinstance(section, Mapping) else {f.name: getattr(section, f.name) for f in fields(section)}
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
+
+    def vpa(self, timed: bool) -> VpaParams:
+        """The VPA recommender's parameters; ``timed``: the samples carry timestamps (else step-indexed time)."""
+        return VpaParams(
+            target_cpu_percentile=float(self.vpa_percentile),
+            target_memory_percentile=float(self.vpa_percentile),
+            safety_margin_fraction=float(self.vpa_margin),
+            cpu_half_life_s=float(self.vpa_cpu_half_life_s),
+            memory_half_life_s=float(self.vpa_mem_half_life_s),
+            memory_aggregation_interval_s=float(self.vpa_mem_interval_s),
+            step_seconds=0.0 if timed else float(self.vpa_step_seconds),
+        )
 
 
 # --------------------------------------------------------------------------------------------------- core
@@ -113,7 +191,14 @@ def _as_limit(limit: np.ndarray | float, n: int) -> np.ndarray:
     if arr.ndim == 0:
         return np.full(n, float(arr))
     if arr.shape != (n,):
-        raise ValueError(f"limit must be a scalar or have the usage's length {n}, got shape {arr.shape}")
+        raise InputError(f"limit must be a scalar or have the usage's length {n}, got shape {arr.shape}")
+    return arr
+
+
+def _per_step(name: str, values: Any, n: int, dtype: Any = float) -> np.ndarray:
+    arr = np.asarray(values, dtype=dtype).ravel()
+    if len(arr) != n:
+        raise InputError(f"{name} must have the usage's length {n}, got {len(arr)}")
     return arr
 
 
@@ -123,6 +208,12 @@ def _blocks(x: np.ndarray, length: int) -> np.ndarray:
     padded = np.full(n_int * length, np.nan)
     padded[: len(x)] = x
     return padded.reshape(n_int, length)
+
+
+def _cap(decision: np.ndarray, lim: np.ndarray) -> np.ndarray:
+    """Per-step allocations: the decision capped at the limit, the limit where there is no decision, >= 0."""
+    alloc = np.where(np.isnan(decision), lim, np.fmin(decision, lim))  # fmin: a NaN limit does not cap
+    return np.maximum(alloc, 0.0)
 
 
 def _interval_stat(usage: np.ndarray, length: int, stat: str, k: float) -> np.ndarray:
@@ -135,45 +226,17 @@ def _interval_stat(usage: np.ndarray, length: int, stat: str, k: float) -> np.nd
         return np.nanmean(b, axis=1) + k * np.nanstd(b, axis=1)
 
 
-def _weighted_quantile_past(usage: np.ndarray, length: int, q: float, half_life: float) -> np.ndarray:
-    """For each interval start ``t0 = i*length``, the q weighted quantile of ``usage[:t0]`` (NaN without history).
-
-    The samples are sorted by value once; each interval then costs one masked cumulative sum (O(n)), so a
-    2,000-step container with 10-step intervals is 200 vector operations.
-    """
-    n = len(usage)
-    n_int = -(-n // length)
-    out = np.full(n_int, np.nan)
-    steps = np.flatnonzero(~np.isnan(usage))
-    if steps.size == 0:
-        return out
-    order = np.argsort(usage[steps], kind="stable")
-    values = usage[steps][order]
-    at = steps[order].astype(float)  # step of each sorted sample
-    for i in range(1, n_int):
-        t0 = i * length
-        past = at < t0
-        if not past.any():
-            continue
-        newest = at[past].max()  # weights relative to the newest past sample: no underflow of the total
-        w = np.where(past, np.exp2(-np.maximum(newest - at, 0.0) / half_life), 0.0)
-        cum = np.cumsum(w)
-        total = cum[-1]
-        idx = int(np.searchsorted(cum, q * total * (1 - 1e-12), side="left"))
-        idx = min(idx, len(values) - 1)
-        # skip zero-weight (future) samples the search may land on
-        while idx < len(values) - 1 and not past[idx]:
-            idx += 1
-        out[i] = values[idx]
-    return out
+def _phase_codes(phases: Any) -> np.ndarray:
+    """Phases as floats (NaN = unlabelled), whatever they came as (ints, floats, None, strings of ints)."""
+    as_objects = pd.Series(np.asarray(phases, dtype=object).ravel(), dtype="object")
+    return pd.to_numeric(as_objects, errors="coerce").astype("float64").to_numpy()
 
 
 def _phase_before(phases: np.ndarray, length: int) -> np.ndarray:
     """For each interval, the last non-null phase of a step before its start (NaN if none)."""
     n = len(phases)
     n_int = -(-n // length)
-    p = pd.to_numeric(pd.Series(phases, dtype="object"), errors="coerce").astype("float64").to_numpy()
-    last = pd.Series(p).ffill().to_numpy()  # last non-null phase up to and including each step
+    last = pd.Series(_phase_codes(phases)).ffill().to_numpy()  # last non-null phase up to and including each step
     out = np.full(n_int, np.nan)
     for i in range(1, n_int):
         out[i] = last[i * length - 1]
@@ -190,12 +253,115 @@ def normalise_stats(phase_stats: Mapping | None) -> dict[int, Mapping]:
     return out
 
 
+def normalise_transitions(transitions: Any) -> dict[int, dict[int, float]]:
+    """``{src: {dst: probability}}`` from ``{(src, dst): probability}`` or a ``phase_transitions`` table
+    (pandas, or a small Spark DataFrame, with ``src``, ``dst``, ``probability``). Keys that are not phase numbers
+    and non-finite probabilities are dropped; None gives ``{}``."""
+    if transitions is None:
+        return {}
+    if hasattr(transitions, "toPandas"):
+        transitions = transitions.toPandas()
+    if isinstance(transitions, pd.DataFrame):
+        missing = [c for c in ("src", "dst", "probability") if c not in transitions.columns]
+        if missing:
+            raise InputError(f"phase transitions lack column(s) {missing} (have: {list(transitions.columns)})")
+        items = zip(zip(transitions["src"], transitions["dst"]), transitions["probability"])
+    else:
+        items = transitions.items()
+    out: dict[int, dict[int, float]] = {}
+    for key, prob in items:
+        try:
+            src, dst = (int(k) for k in key)
+        except (TypeError, ValueError):
+            continue
+        p = finite_value(prob)
+        if not math.isnan(p):
+            out.setdefault(src, {})[dst] = p
+    return out
+
+
 def finite_value(value: Any) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
         return math.nan
     return v if math.isfinite(v) else math.nan
+
+
+def _phase_value(stats: Mapping[int, Mapping], phase: int, resource: str, limit: float) -> float:
+    """A phase's statistic for ``resource``: its share of the container's ``limit`` or its absolute value;
+    NaN when the phase has none (the caller falls back to the limit)."""
+    entry = stats.get(phase)
+    if not isinstance(entry, Mapping):
+        return math.nan
+    if f"{resource}_fraction" in entry:  # a share of this container's limit
+        return finite_value(entry[f"{resource}_fraction"]) * limit
+    return finite_value(entry.get(resource))
+
+
+def _phase_decisions(
+    phases: np.ndarray, lim: np.ndarray, length: int, params: PolicyParams, stats: Mapping[int, Mapping],
+    resource: str, successors: Mapping[int, Mapping[int, float]] | None,
+) -> np.ndarray:
+    """``phase.rule`` (``successors`` None) or ``phase.proactive``: per interval, the max statistic of the current
+    phase and of its successors with probability >= ``proactive_threshold``, times ``1 + margin``."""
+    n = len(phases)
+    current = _phase_before(phases, length)
+    decision = np.full(len(current), np.nan)
+    threshold = float(params.proactive_threshold)
+    for i, p in enumerate(current):
+        if np.isnan(p):
+            continue
+        wanted = [int(p)]
+        if successors is not None:
+            wanted += sorted(q for q, prob in successors.get(int(p), {}).items() if prob >= threshold)
+        limit = lim[min(i * length, n - 1)]
+        values = [_phase_value(stats, q, resource, limit) for q in wanted]
+        if not any(math.isnan(v) for v in values):
+            decision[i] = max(values) * (1.0 + float(params.margin))
+    return decision
+
+
+def _vpa_decisions(
+    usage: np.ndarray, lim: np.ndarray, length: int, params: PolicyParams, resource: str, ts_seconds: np.ndarray | None
+) -> np.ndarray:
+    """Per interval, the real VPA recommender's target for ``resource`` given the samples before the interval
+    (NaN before its first sample), with the memory closed loop of the module docstring. One recommender, each
+    sample fed once; Python lists, not numpy scalars, in the per-sample loop."""
+    n = len(usage)
+    n_int = -(-n // length)
+    timed = ts_seconds is not None
+    rec = VpaRecommender(params.vpa(timed))
+    decision = np.full(n_int, np.nan)
+    values = usage.tolist()
+    times = ts_seconds.tolist() if timed else None
+    is_mem = resource == "mem"
+    for i in range(n_int):
+        start, end = i * length, min((i + 1) * length, n)
+        if i > 0:
+            target = rec.target(resource)
+            if target is not None:
+                decision[i] = target
+        in_force = _cap(np.full(end - start, decision[i]), lim[start:end]).tolist() if is_mem else None
+        oom_reported = False
+        for k in range(start, end):
+            v = values[k]
+            if v != v:  # unknown usage: no sample
+                continue
+            if timed and times[k] != times[k]:  # no timestamp: the sample cannot be placed in VPA's time
+                continue
+            if is_mem and not oom_reported and v > in_force[k - start]:
+                if timed:
+                    rec.record_oom(times[k], in_force[k - start])
+                else:
+                    rec.record_oom_at_step(k, in_force[k - start])
+                oom_reported = True
+            sample = {"mem_bytes": v} if is_mem else {"cpu_cores": v}
+            if timed:
+                rec.add_sample(times[k], **sample)
+            else:
+                rec.add_sample_at_step(k, **sample)
+    return decision
 
 
 def allocate(
@@ -206,16 +372,23 @@ def allocate(
     phases: np.ndarray | None = None,
     phase_stats: dict | None = None,
     resource: str = "cpu",
+    ts_seconds: np.ndarray | None = None,
+    transitions: Any = None,
 ) -> np.ndarray:
     """Per-step allocation of ``policy`` over one container's trace (``usage`` in step order, NaN = unknown).
 
     ``limit`` is a scalar or a per-step array; every allocation is ``min(decision, limit)`` and ``>= 0``, and
     an interval without a decision (first interval of a reactive policy, no phase, no history) gets the limit.
-    ``phases`` (per step, None/NaN = unlabelled) and ``phase_stats`` (``{phase: {"cpu": v, "mem": v}}``) are
-    used by ``phase.rule`` only; ``resource`` picks the statistic from ``phase_stats``.
+    ``phases`` (per step, None/NaN = unlabelled) and ``phase_stats`` (``{phase: {"cpu": v, "mem": v}}`` or
+    ``{phase: {"cpu_fraction": f, "mem_fraction": f}}``) are used by the phase policies, ``transitions``
+    (``{(src, dst): probability}``, see :func:`normalise_transitions`) by ``phase.proactive``; ``resource`` picks
+    the statistic and, for ``vpa``, the target. ``ts_seconds`` (per step, seconds, NaN = unknown) is ``vpa``'s
+    clock; without it sample k is at ``k * vpa_step_seconds``.
     """
     if policy not in POLICIES:
-        raise ValueError(f"unknown policy '{policy}' (known: {', '.join(POLICIES)})")
+        raise InputError(f"unknown policy '{policy}' (known: {', '.join(POLICIES)})")
+    if resource not in RESOURCES:
+        raise InputError(f"unknown resource '{resource}' (known: {', '.join(RESOURCES)})")
     u = np.asarray(usage, dtype=float).ravel()
     n = len(u)
     lim = _as_limit(limit, n)
@@ -230,43 +403,50 @@ def allocate(
         decision = _interval_stat(u, length, "max", 0.0)
     elif policy == "current.step.rules":
         decision = _interval_stat(u, length, "rules", float(params.k_std))
-    elif policy in ("prev.step.max", "prev.step.rules"):
-        stat = _interval_stat(u, length, "max" if policy == "prev.step.max" else "rules", float(params.k_std))
+    elif policy == "prev.step.max":
+        stat = _interval_stat(u, length, "max", 0.0) * (1.0 + float(params.prev_max_margin))
         decision = np.concatenate([[np.nan], stat[:-1]])
-    elif policy == "phase.rule":
+    elif policy == "prev.step.rules":
+        stat = _interval_stat(u, length, "rules", float(params.k_std))
+        decision = np.concatenate([[np.nan], stat[:-1]])
+    elif policy in ("phase.rule", "phase.proactive"):
         decision = np.full(n_int, np.nan)
         if phases is not None:
-            ph = np.asarray(phases, dtype=object).ravel()
-            if len(ph) != n:
-                raise ValueError(f"phases must have the usage's length {n}, got {len(ph)}")
-            stats = normalise_stats(phase_stats)
-            current = _phase_before(ph, length)
-            for i, p in enumerate(current):
-                if np.isnan(p) or int(p) not in stats:
-                    continue
-                entry = stats[int(p)]
-                if not isinstance(entry, Mapping):
-                    continue
-                if f"{resource}_fraction" in entry:  # a share of this container's limit
-                    value = finite_value(entry[f"{resource}_fraction"]) * lim[min(i * length, n - 1)]
-                else:
-                    value = finite_value(entry.get(resource))
-                decision[i] = value * (1.0 + float(params.margin))
+            ph = _per_step("phases", phases, n, dtype=object)
+            successors = normalise_transitions(transitions) if policy == "phase.proactive" else None
+            decision = _phase_decisions(ph, lim, length, params, normalise_stats(phase_stats), resource, successors)
     else:  # vpa
-        q = _weighted_quantile_past(u, length, float(params.vpa_percentile), float(params.vpa_half_life_steps))
-        decision = q * (1.0 + float(params.margin))
+        ts = None if ts_seconds is None else _per_step("ts_seconds", ts_seconds, n)
+        decision = _vpa_decisions(u, lim, length, params, resource, ts)
 
-    per_step = np.repeat(decision, length)[:n]
-    alloc = np.where(np.isnan(per_step), lim, np.fmin(per_step, lim))  # fmin: a NaN limit does not cap
-    return np.maximum(alloc, 0.0)
+    return _cap(np.repeat(decision, length)[:n], lim)
 
 
-def _metrics(usage: np.ndarray, alloc: np.ndarray, limit: np.ndarray) -> dict[str, Any]:
+def step_durations(ts_seconds: np.ndarray | None, n: int, default_seconds: float) -> np.ndarray:
+    """Seconds each of ``n`` steps lasts: the time to the next step's timestamp. Where that is unknown (the last
+    step, a step next to a missing timestamp) it is the median of the known durations, or ``default_seconds``
+    without any (no timestamps, a one-step trace): a sample stands for the time until the next one.
+
+    >>> step_durations(np.array([0.0, 30.0, 60.0, 120.0]), 4, 10.0).tolist()
+    [30.0, 30.0, 60.0, 30.0]
+    >>> step_durations(None, 2, 10.0).tolist()
+    [10.0, 10.0]
+    """
+    if ts_seconds is None or n < 2:
+        return np.full(n, float(default_seconds))
+    d = np.append(np.diff(np.asarray(ts_seconds, dtype=float)), np.nan)
+    known = np.isfinite(d)
+    fill = float(np.median(d[known])) if known.any() else float(default_seconds)
+    return np.where(known, d, fill)
+
+
+def _metrics(usage: np.ndarray, alloc: np.ndarray, limit: np.ndarray, resource: str, durations: np.ndarray) -> dict[str, Any]:
     ok = ~np.isnan(usage) & ~np.isnan(limit) & ~np.isnan(alloc)
     u, a, lim = usage[ok], alloc[ok], limit[ok]
     short = np.maximum(u - a, 0.0)
     met = int(np.count_nonzero(a >= u))
     steps = int(ok.sum())
+    cpu = resource == "cpu"
     return {
         "steps": steps,
         "used": float(u.sum()),
@@ -276,51 +456,244 @@ def _metrics(usage: np.ndarray, alloc: np.ndarray, limit: np.ndarray) -> dict[st
         "shortfall_steps": steps - met,
         "shortfall_total": float(short.sum()),
         "shortfall_max": float(short.max()) if steps else 0.0,
+        "oom_kills": 0 if cpu else steps - met,
+        "throttled_steps": steps - met if cpu else 0,
+        "throttled_core_seconds": float((short * durations[ok]).sum()) if cpu else 0.0,
     }
 
 
-def _empty_replay() -> pd.DataFrame:
-    df = pd.DataFrame({c: pd.Series(dtype="object") for c in REPLAY_COLUMNS})
-    return _typed(df)
-
-
-def _typed(df: pd.DataFrame) -> pd.DataFrame:
-    for name, sql_type, _ in POLICY_REPLAY_FIELDS:
+def _typed(df: pd.DataFrame, declared: tuple[tuple[str, str, bool], ...] = POLICY_REPLAY_FIELDS) -> pd.DataFrame:
+    for name, sql_type, _ in declared:
         if sql_type in _PANDAS_DTYPES:
             df[name] = df[name].astype(_PANDAS_DTYPES[sql_type])
     return df
 
 
-def replay_container(
-    pdf: pd.DataFrame, params: PolicyParams | None = None, phase_stats: Mapping | None = None
-) -> pd.DataFrame:
-    """Replay one container's ``PHASES`` rows under every policy: one row per (policy, resource).
+def timestamps_seconds(df: pd.DataFrame) -> np.ndarray | None:
+    """Unix seconds (float, NaN = unknown) of a frame's ``ts`` column, datetimes (naive ones read as UTC) or
+    numbers; None when the frame has no known timestamp (the replay then counts steps)."""
+    if "ts" not in df.columns:
+        return None
+    ts = df["ts"]
+    if pd.api.types.is_numeric_dtype(ts):
+        out = pd.to_numeric(ts, errors="coerce").to_numpy(dtype=float)
+    else:
+        t = pd.to_datetime(ts, errors="coerce", utc=True)
+        out = ((t - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(dtype=float)
+    return out if np.isfinite(out).any() else None
 
-    Rows are sorted by ``step``; missing step numbers between the first and the last are replayed as unknown
-    usage (so intervals stay aligned with the step numbers). Duplicate steps keep their first row.
-    """
-    params = params or PolicyParams()
-    if pdf is None or len(pdf) == 0:
-        return _empty_replay()
+
+def replay_frame(pdf: pd.DataFrame) -> pd.DataFrame:
+    """One container's rows as every replay reads them: sorted by ``step``, duplicate steps keep their first
+    row, missing steps between the first and the last are reindexed as unknown rows (so intervals stay aligned
+    with the step numbers)."""
     df = pdf.sort_values("step", kind="stable").drop_duplicates("step", keep="first")
     steps = df["step"].astype("int64").to_numpy()
     span = np.arange(steps[0], steps[-1] + 1)
-    df = df.set_index(pd.Index(steps)).reindex(span)
-    pod_id = str(pdf["pod_id"].iloc[0])
-    service = pdf["service"].dropna().iloc[0] if "service" in pdf and pdf["service"].notna().any() else None
-    phases = df["phase"].to_numpy(dtype=object) if "phase" in df else None
+    return df.set_index(pd.Index(steps)).reindex(span)
 
+
+@dataclass(frozen=True)
+class _Trace:
+    """One container's arrays, prepared once for all the policies and knob values replayed over it."""
+
+    key: dict[str, Any]  # pod_id, service
+    phases: np.ndarray | None
+    ts_seconds: np.ndarray | None
+    durations: np.ndarray
+    usage: dict[str, np.ndarray]
+    limit: dict[str, np.ndarray]
+
+
+def _trace(pdf: pd.DataFrame, params: PolicyParams) -> _Trace:
+    df = replay_frame(pdf)
+    service = pdf["service"].dropna().iloc[0] if "service" in pdf and pdf["service"].notna().any() else None
+    ts = timestamps_seconds(df)
+    return _Trace(
+        key={"pod_id": str(pdf["pod_id"].iloc[0]), "service": service},
+        phases=df["phase"].to_numpy(dtype=object) if "phase" in df else None,
+        ts_seconds=ts,
+        durations=step_durations(ts, len(df), float(params.vpa_step_seconds)),
+        usage={r: pd.to_numeric(df[u], errors="coerce").to_numpy(dtype=float) for r, (u, _) in RESOURCES.items()},
+        limit={
+            r: pd.to_numeric(df[c], errors="coerce").ffill().bfill().to_numpy(dtype=float)
+            for r, (_, c) in RESOURCES.items()
+        },
+    )
+
+
+def _replay_rows(
+    trace: _Trace, policy: str, params: PolicyParams, phase_stats: Mapping | None, transitions: Any
+) -> list[dict]:
     rows = []
-    for resource, (usage_col, limit_col) in RESOURCES.items():
-        usage = pd.to_numeric(df[usage_col], errors="coerce").to_numpy(dtype=float)
-        limit = pd.to_numeric(df[limit_col], errors="coerce").ffill().bfill().to_numpy(dtype=float)
-        for policy in POLICIES:
-            alloc = allocate(policy, usage, limit, params, phases, phase_stats, resource)
-            rows.append(
-                {"pod_id": pod_id, "service": service, "policy": policy, "resource": resource,
-                 **_metrics(usage, alloc, limit)}
-            )
-    return _typed(pd.DataFrame(rows, columns=list(REPLAY_COLUMNS)))
+    for resource in RESOURCES:
+        usage, limit = trace.usage[resource], trace.limit[resource]
+        alloc = allocate(policy, usage, limit, params, trace.phases, phase_stats, resource, trace.ts_seconds, transitions)
+        rows.append({**trace.key, "policy": policy, "resource": resource,
+                     **_metrics(usage, alloc, limit, resource, trace.durations)})
+    return rows
+
+
+def _frame(rows: list[dict], declared: tuple[tuple[str, str, bool], ...]) -> pd.DataFrame:
+    columns = [name for name, _, _ in declared]
+    if not rows:
+        return _typed(pd.DataFrame({c: pd.Series(dtype="object") for c in columns}), declared)
+    return _typed(pd.DataFrame(rows, columns=columns), declared)
+
+
+def replay_container(
+    pdf: pd.DataFrame, params: PolicyParams | None = None, phase_stats: Mapping | None = None, transitions: Any = None
+) -> pd.DataFrame:
+    """Replay one container's ``PHASES`` rows under every policy: one row per (policy, resource), columns
+    :data:`REPLAY_COLUMNS`. Rows are read as :func:`replay_frame` says; the ``ts`` column, when present, is
+    ``vpa``'s clock and gives the step durations of ``throttled_core_seconds``."""
+    params = params or PolicyParams()
+    if pdf is None or len(pdf) == 0:
+        return _frame([], POLICY_REPLAY_FIELDS)
+    trace = _trace(pdf, params)
+    rows = [row for policy in POLICIES for row in _replay_rows(trace, policy, params, phase_stats, transitions)]
+    return _frame(rows, POLICY_REPLAY_FIELDS)
+
+
+def _grids(knobs: Mapping[str, Sequence[float]] | None) -> dict[str, tuple[float, ...]]:
+    grids = {policy: grid for policy, (_, grid) in KNOBS.items()}
+    for policy, values in (knobs or {}).items():
+        if policy not in KNOBS:
+            raise InputError(f"policy '{policy}' has no knob (policies with one: {', '.join(KNOBS)})")
+        grid = tuple(float(v) for v in values)
+        if not grid:
+            raise InputError(f"the knob grid of '{policy}' is empty")
+        grids[policy] = grid
+    return grids
+
+
+def replay_container_grid(
+    pdf: pd.DataFrame,
+    params: PolicyParams | None = None,
+    phase_stats: Mapping | None = None,
+    transitions: Any = None,
+    knobs: Mapping[str, Sequence[float]] | None = None,
+) -> pd.DataFrame:
+    """Replay one container under every policy and every value of its knob: one row per (policy, knob value,
+    resource), columns :data:`FRONTIER_COLUMNS` (``knob`` NaN for the policies without one, replayed once).
+
+    ``knobs`` maps a policy of :data:`KNOBS` to the values to try instead of its default grid; every other
+    parameter is ``params``'. Summed over containers, these rows are what :func:`choose_knob` calibrates on.
+    """
+    params = params or PolicyParams()
+    grids = _grids(knobs)
+    if pdf is None or len(pdf) == 0:
+        return _frame([], POLICY_FRONTIER_FIELDS)
+    trace = _trace(pdf, params)
+    rows = []
+    for policy in POLICIES:
+        if policy not in KNOBS:
+            rows += [{**r, "knob": math.nan} for r in _replay_rows(trace, policy, params, phase_stats, transitions)]
+            continue
+        name = KNOBS[policy][0]
+        for value in grids[policy]:
+            tuned = dataclasses.replace(params, **{name: value})
+            rows += [{**r, "knob": value} for r in _replay_rows(trace, policy, tuned, phase_stats, transitions)]
+    return _frame(rows, POLICY_FRONTIER_FIELDS)
+
+
+# The replay's numeric columns that add up over containers (shortfall_max is a max, not a sum).
+_ADDITIVE = tuple(name for name, sql_type, _ in POLICY_REPLAY_FIELDS if sql_type in _PANDAS_DTYPES and name != "shortfall_max")
+
+
+def choose_knob(frame: pd.DataFrame, target_fulfilment: float) -> pd.DataFrame:
+    """Per (policy, resource), the knob value with the smallest ``allocated`` whose fulfilment (``met_steps /
+    steps``) is at least ``target_fulfilment``: each policy at the matched service level, at its lowest cost.
+
+    ``frame`` holds rows of (``policy``, ``resource``, ``knob``) with at least ``steps``, ``met_steps`` and
+    ``allocated`` (e.g. :func:`replay_container_grid`'s rows of many containers, or totals already summed per
+    knob in Spark); rows of the same (policy, resource, knob) are summed first, as are the other additive replay
+    columns present (``oom_kills``, ``throttled_core_seconds``...). A knob-less policy (``knob`` NaN) has one
+    candidate. When no value reaches the target, the most generous one is returned: the highest fulfilment
+    (ties: the smaller allocation), flagged ``reached = False``. Ties in allocation go to the smaller knob.
+
+    Returns one row per (policy, resource), ordered by resource then :data:`POLICIES`: ``policy``,
+    ``resource``, ``knob_name`` (the :class:`PolicyParams` field, None without a knob), ``knob``, the summed
+    columns, ``fulfilment`` and ``reached``.
+    """
+    target = finite_value(target_fulfilment)
+    if not 0.0 <= target <= 1.0:
+        raise InputError(f"target_fulfilment must be in [0, 1], got {target_fulfilment!r}")
+    missing = [c for c in ("policy", "resource", "knob", "steps", "met_steps", "allocated") if c not in frame.columns]
+    if missing:
+        raise InputError(f"choose_knob: the frame lacks column(s) {missing} (have: {list(frame.columns)})")
+    summed = [c for c in _ADDITIVE if c in frame.columns]
+    totals = frame.groupby(["policy", "resource", "knob"], dropna=False, sort=True)[summed].sum().reset_index()
+    steps = totals["steps"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        totals["fulfilment"] = np.where(steps > 0, totals["met_steps"].to_numpy(dtype=float) / steps, np.nan)
+    totals["reached"] = totals["fulfilment"].to_numpy() >= target  # NaN (no steps) never reaches
+
+    picks = []
+    for (_, _), group in totals.groupby(["policy", "resource"], sort=False):
+        if group["reached"].any():
+            best = group[group["reached"]].sort_values(["allocated", "knob"], kind="stable").iloc[0]
+        else:
+            best = group.sort_values(["fulfilment", "allocated", "knob"], ascending=[False, True, True],
+                                     na_position="last", kind="stable").iloc[0]
+        picks.append(best)
+    out = pd.DataFrame(picks).reset_index(drop=True)
+    out.insert(2, "knob_name", [KNOBS[p][0] if p in KNOBS else None for p in out["policy"]])
+    order = {p: i for i, p in enumerate(POLICIES)}
+    out["_order"] = [order.get(p, len(order)) for p in out["policy"]]
+    out = out.sort_values(["resource", "_order", "policy"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    out["reached"] = out["reached"].astype(bool)
+    return out
+
+
+def f1_scores(boundaries: int, predicted: int, correct: int) -> dict[str, float]:
+    """Micro-averaged precision, recall and F1 of next-phase predictions from their counts (NaN when
+    undefined), so per-container counts can be summed over a fleet first.
+
+    >>> f1_scores(boundaries=4, predicted=3, correct=2)
+    {'precision': 0.6666666666666666, 'recall': 0.5, 'f1': 0.5714285714285715}
+    """
+    precision = correct / predicted if predicted else math.nan
+    recall = correct / boundaries if boundaries else math.nan
+    if math.isnan(precision) or math.isnan(recall):
+        f1 = math.nan
+    elif precision + recall == 0:
+        f1 = 0.0
+    else:
+        f1 = 2 * precision * recall / (precision + recall)
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def next_phase_f1(phases: Any, transitions: Any) -> dict[str, float]:
+    """How well the transition probabilities predict a container's next phase (what ``phase.proactive`` bets on).
+
+    The phase sequence without its unlabelled steps is cut into runs of one phase. At every run end (a phase
+    change, a *boundary*) the prediction for the next run's phase is the most likely successor
+    ``argmax_q P(p -> q)`` over ``q != p`` of the ending run's phase ``p`` (ties: the smallest phase); a phase
+    without known successors predicts nothing. Over the boundaries: ``correct`` = predictions equal to the
+    actual next phase, precision = correct / predicted, recall = correct / boundaries, F1 their harmonic mean
+    (micro-averaged over phases: one prediction per boundary). Counts are returned too, for fleet sums.
+
+    >>> scores = next_phase_f1([0, 0, None, 0, 1, 1, 0, 2, 2], {(0, 1): 0.7, (0, 2): 0.3, (1, 0): 1.0})
+    >>> scores["boundaries"], scores["predicted"], scores["correct"], round(scores["f1"], 4)
+    (3, 3, 2, 0.6667)
+    """
+    codes = _phase_codes(phases)
+    codes = codes[~np.isnan(codes)].astype(np.int64)
+    runs = codes[np.r_[True, codes[1:] != codes[:-1]]] if codes.size else codes
+    successors = normalise_transitions(transitions)
+    best: dict[int, int] = {}
+    for src, dsts in successors.items():
+        candidates = [(-prob, dst) for dst, prob in dsts.items() if dst != src]
+        if candidates:
+            best[src] = min(candidates)[1]
+    boundaries = max(len(runs) - 1, 0)
+    predicted = correct = 0
+    for src, dst in zip(runs[:-1].tolist(), runs[1:].tolist()):
+        if src in best:
+            predicted += 1
+            correct += int(best[src] == dst)
+    return {"boundaries": boundaries, "predicted": predicted, "correct": correct, **f1_scores(boundaries, predicted, correct)}
 
 
 # -------------------------------------------------------------------------------------------- Spark side

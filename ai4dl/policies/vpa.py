@@ -641,6 +641,10 @@ class VpaRecommender:
         """VPA's ``ContainerState.RecordOOM``: the container was OOM-killed at t with this memory request."""
         self._record_oom(_unix_seconds_to_ns(float(t_seconds)), mem_bytes_request)
 
+    def record_oom_at_step(self, k: int, mem_bytes_request: float) -> None:
+        """:meth:`record_oom` at the time of sample number k (step-indexed time)."""
+        self._record_oom(_step_to_ns(int(k), self.params.step_seconds), mem_bytes_request)
+
     def _add_at(self, t_ns: int, cpu_cores: Any, mem_bytes: Any) -> tuple[bool, bool]:
         c, m = _usable(cpu_cores), _usable(mem_bytes)
         ok_c = self._add_cpu(t_ns, c) if c is not None else False
@@ -710,45 +714,69 @@ class VpaRecommender:
         c = self._confidence(interval_ns)
         return _scale_resource(base, _go_pow(1.0 + _go_div(multiplier, c), exponent))
 
+    def _min_amount(self, resource: str) -> int:
+        """The pod minimum of a resource, in millicores or bytes."""
+        if resource == "cpu":
+            return _scale_resource(_resource_amount(self.params.pod_min_cpu_millicores * 0.001 * 1000.0), 1.0)
+        return _scale_resource(_resource_amount(self.params.pod_min_memory_mb * 1024 * 1024), 1.0)
+
+    def _with_margin(self, resource: str, pct: float) -> int:
+        """The ``pct`` percentile plus the safety margin, in millicores or bytes (no minimum yet)."""
+        if resource == "cpu":
+            base = _resource_amount(self._cpu.percentile(pct) * 1000.0)
+        else:
+            base = _resource_amount(self._mem.percentile(pct))
+        return base + _scale_resource(base, self.params.safety_margin_fraction)
+
+    def _target_amount(self, resource: str) -> int:
+        pct = self.params.target_cpu_percentile if resource == "cpu" else self.params.target_memory_percentile
+        return max(self._with_margin(resource, pct), self._min_amount(resource))
+
+    def target(self, resource: str) -> float | None:
+        """The target of one resource (``"cpu"`` in cores, ``"mem"`` in bytes), equal to
+        ``recommend().cpu_target`` / ``.mem_target`` but computing one percentile instead of six: a policy
+        replay asks for it at every interval start.
+
+        None while that resource has no sample: for CPU exactly when :meth:`recommend` is None; for memory
+        before the first memory sample (so a replay that feeds memory alone still gets memory targets, where
+        :meth:`recommend` would wait for a CPU sample).
+        """
+        if resource == "cpu":
+            if self.total_samples == 0:
+                return None
+            return self._target_amount("cpu") / 1000.0
+        if resource == "mem":
+            if self._window_end_ns == 0:
+                return None
+            return float(self._target_amount("mem"))
+        raise InputError(f"VpaRecommender.target: resource must be 'cpu' or 'mem', got {resource!r}")
+
     def recommend(self) -> Recommendation | None:
         """Target / lower / upper bound as ``GetRecommendedPodResources`` gives them now, or None before the
         first CPU sample (the harness prints no recommendation then)."""
         if self.total_samples == 0:
             return None
         p = self.params
-        margin = p.safety_margin_fraction
-        min_cpu = _scale_resource(_resource_amount(p.pod_min_cpu_millicores * 0.001 * 1000.0), 1.0)
-        min_mem = _scale_resource(_resource_amount(p.pod_min_memory_mb * 1024 * 1024), 1.0)
-
-        def cpu(pct: float) -> int:
-            base = _resource_amount(self._cpu.percentile(pct) * 1000.0)
-            return base + _scale_resource(base, margin)
-
-        def mem(pct: float) -> int:
-            base = _resource_amount(self._mem.percentile(pct))
-            return base + _scale_resource(base, margin)
-
-        cpu_t = max(cpu(p.target_cpu_percentile), min_cpu)
-        mem_t = max(mem(p.target_memory_percentile), min_mem)
+        min_cpu, min_mem = self._min_amount("cpu"), self._min_amount("mem")
         cpu_l = max(
-            self._bounded(cpu(p.lower_bound_cpu_percentile), p.lower_bound_confidence_multiplier, p.lower_bound_confidence_exponent, self._conf_cpu_ns),
+            self._bounded(self._with_margin("cpu", p.lower_bound_cpu_percentile), p.lower_bound_confidence_multiplier, p.lower_bound_confidence_exponent, self._conf_cpu_ns),
             min_cpu,
         )
         mem_l = max(
-            self._bounded(mem(p.lower_bound_memory_percentile), p.lower_bound_confidence_multiplier, p.lower_bound_confidence_exponent, self._conf_mem_ns),
+            self._bounded(self._with_margin("mem", p.lower_bound_memory_percentile), p.lower_bound_confidence_multiplier, p.lower_bound_confidence_exponent, self._conf_mem_ns),
             min_mem,
         )
         cpu_u = max(
-            self._bounded(cpu(p.upper_bound_cpu_percentile), p.upper_bound_confidence_multiplier, p.upper_bound_confidence_exponent, self._conf_cpu_ns),
+            self._bounded(self._with_margin("cpu", p.upper_bound_cpu_percentile), p.upper_bound_confidence_multiplier, p.upper_bound_confidence_exponent, self._conf_cpu_ns),
             min_cpu,
         )
         mem_u = max(
-            self._bounded(mem(p.upper_bound_memory_percentile), p.upper_bound_confidence_multiplier, p.upper_bound_confidence_exponent, self._conf_mem_ns),
+            self._bounded(self._with_margin("mem", p.upper_bound_memory_percentile), p.upper_bound_confidence_multiplier, p.upper_bound_confidence_exponent, self._conf_mem_ns),
             min_mem,
         )
         return Recommendation(
-            cpu_target=cpu_t / 1000.0,
-            mem_target=float(mem_t),
+            cpu_target=self._target_amount("cpu") / 1000.0,
+            mem_target=float(self._target_amount("mem")),
             cpu_lower=cpu_l / 1000.0,
             mem_lower=float(mem_l),
             cpu_upper=cpu_u / 1000.0,

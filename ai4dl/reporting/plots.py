@@ -30,7 +30,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ai4dl.behaviour.graph import ROOT_PHASE
-from ai4dl.policies.replay import POLICIES, RESOURCES, PolicyParams, allocate
+from ai4dl.policies.replay import POLICIES, RESOURCES, PolicyParams, allocate, replay_frame, timestamps_seconds
 
 GIB = float(2**30)
 DPI = 110
@@ -66,6 +66,7 @@ POLICY_COLOURS: dict[str, str] = {
     "prev.step.max": _to_hex(_TAB10[1]),
     "prev.step.rules": _to_hex(_TAB10[8]),
     "phase.rule": _to_hex(_TAB10[3]),
+    "phase.proactive": _to_hex(_TAB10[6]),
     "vpa": _to_hex(_TAB10[4]),
 }
 """Policy -> colour, shared by :func:`plot_policy_curves` and :func:`plot_savings`."""
@@ -324,14 +325,6 @@ def _container_arrays(pdf: pd.DataFrame, resource: str) -> tuple[np.ndarray, np.
     return usage, limit
 
 
-def _replay_frame(pdf: pd.DataFrame) -> pd.DataFrame:
-    """Sorted by step, duplicates dropped, missing steps reindexed as unknown: as :func:`replay_container`."""
-    df = pdf.sort_values("step", kind="stable").drop_duplicates("step", keep="first")
-    steps = df["step"].astype("int64").to_numpy()
-    span = np.arange(steps[0], steps[-1] + 1)
-    return df.set_index(pd.Index(steps)).reindex(span)
-
-
 def plot_policy_curves(
     pdf: pd.DataFrame,
     png_path: str | Path,
@@ -340,16 +333,19 @@ def plot_policy_curves(
     policies: Sequence[str] | None = None,
     resource: str = "both",
     title: str | None = None,
+    transitions: Any = None,
 ) -> Path:
     """Usage against the allocation of each policy over one container's life (step curves), with the limit.
 
     ``pdf`` holds one container's ``PHASES`` rows; the replay is the one of
     :func:`ai4dl.policies.replay_container` (sorted by ``step``, missing steps as unknown usage, limit filled
     forward/backward) and each curve is :func:`ai4dl.policies.allocate`'s per-step allocation. ``static`` is the
-    limit, drawn dashed black. ``phase_stats`` (``{phase: {"cpu": v, "mem": v}}``) feeds ``phase.rule``; without
-    it that policy falls back to the limit. ``resource`` is ``"cpu"``, ``"mem"`` or ``"both"`` (one panel each).
-    Each legend entry carries the policy's saving vs the limit and its fulfilment (share of steps met) on this
-    container. A thin band at the top of each panel shows the phase of every step. x axis: step.
+    limit, drawn dashed black. ``phase_stats`` (``{phase: {"cpu": v, "mem": v}}``) feeds the phase policies
+    (without it they fall back to the limit), ``transitions`` ``phase.proactive`` (without it, it is
+    ``phase.rule``); the ``ts`` column, when present, is ``vpa``'s clock as in the replay. ``resource`` is
+    ``"cpu"``, ``"mem"`` or ``"both"`` (one panel each). Each legend entry carries the policy's saving vs the
+    limit and its fulfilment (share of steps met) on this container. A thin band at the top of each panel shows
+    the phase of every step. x axis: step.
     """
     params = params or PolicyParams()
     policies = list(POLICIES if policies is None else policies)
@@ -367,7 +363,8 @@ def plot_policy_curves(
     if pdf is None or pdf.empty:
         return _empty(png_path, heading)
 
-    df = _replay_frame(pdf)
+    df = replay_frame(pdf)
+    ts_seconds = timestamps_seconds(df)
     x = df.index.to_numpy(dtype=float)
     phases = df["phase"].to_numpy(dtype=object) if "phase" in df.columns else None
     codes = _phase_codes(df["phase"] if "phase" in df.columns else None, len(df))
@@ -384,7 +381,7 @@ def plot_policy_curves(
         for policy in policies:
             if policy == "static":
                 continue
-            alloc = allocate(policy, usage, limit, params, phases, phase_stats, res)
+            alloc = allocate(policy, usage, limit, params, phases, phase_stats, res, ts_seconds, transitions)
             label = policy
             if ok.any() and np.nansum(limit[ok]) > 0:
                 saving = 1.0 - float(alloc[ok].sum()) / float(limit[ok].sum())
