@@ -177,6 +177,9 @@ class PoliciesConfig:
     # phase.proactive also provisions for every phase the current one is followed by with this probability.
     proactive_threshold: float = _key(0.2, lo=0, hi=1)
     # vpa: the real recommender's knobs; the defaults are the "matched" conformance flags (20 min memory).
+    # The service level policies are compared at: each policy's knob is chosen on the training containers so
+    # that this share of steps gets at least its usage, then scored on the held-out containers.
+    target_fulfilment: float = _key(0.95, lo=0, hi=1)
     vpa_percentile: float = _key(0.9, lo=0, hi=1)  # vpa's knob: target percentile of CPU and memory
     vpa_margin: float = _key(0.15, lo=0)  # VPA's own safety margin
     vpa_cpu_half_life_s: float = _key(1200.0, lo=0, lo_open=True)

@@ -323,23 +323,72 @@ def policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, float]]:
     return phase_stats_for_policy(stats.toPandas(), (f"cpu_{column}", f"mem_{column}"))
 
 
+def policy_transitions(cfg: Config, lake: Any) -> Any:
+    """Phase-transition probabilities of the training containers only (``phase.proactive`` bets on them), as a
+    small pandas ``src, dst, count, probability`` table."""
+    from ai4dl.behaviour.sequences import run_lengths, transition_counts
+
+    phases = cfg.window.split.training(lake.read("phases"))
+    return transition_counts(run_lengths(phases, cfg.behaviour.min_run_steps)).toPandas()
+
+
+def _next_phase_scores(cfg: Config, lake: Any, transitions: Any) -> dict[str, float]:
+    """How often the training transitions predict a held-out container's next phase (micro F1 over run ends)."""
+    from ai4dl.policies.replay import f1_scores, next_phase_f1
+
+    if not lake.exists("sequences"):
+        return {}
+    runs = cfg.window.split.held_out(lake.read("sequences")).select("pod_id", "run", "phase").toPandas()
+    counts = {"boundaries": 0, "predicted": 0, "correct": 0}
+    for _, pod in runs.sort_values(["pod_id", "run"]).groupby("pod_id"):
+        scores = next_phase_f1(pod["phase"].tolist(), transitions)
+        for k in counts:
+            counts[k] += int(scores[k])
+    return {**counts, **f1_scores(**counts)}
+
+
 @stage("policies")
 def policies(cfg: Config, lake: Any) -> _Output:
-    """Replay the held-out containers under every policy; gold ``policy_replay`` + a printed summary."""
-    from ai4dl.policies.fleet import replay_fleet, summarise
+    """Replay the held-out containers under every policy, and compare them at one service level.
+
+    Writes ``policy_replay`` (each policy at its configured parameters), ``policy_frontier`` (the held-out
+    replay over every knob value) and ``policy_calibration`` (each policy's knob chosen on the training
+    containers for ``policies.target_fulfilment``, scored held out); prints the calibrated table first.
+    """
+    from ai4dl.policies.calibration import calibrate, format_calibration
+    from ai4dl.policies.fleet import frontier_totals, replay_fleet, replay_fleet_grid, summarise
     from ai4dl.policies.replay import PolicyParams, format_summary
 
     params = PolicyParams.from_config(cfg.policies)
     stats = policy_phase_stats(cfg, lake)
+    transitions = policy_transitions(cfg, lake)
     phases = lake.read("phases")
-    test = cfg.window.split.held_out(phases)
+    split = cfg.window.split
+    train, test = split.training(phases), split.held_out(phases)
     if test.limit(1).count() == 0:  # a tiny fleet may have no held-out container: replay all of it
         print("policies: no held-out containers; replaying the whole fleet")
         test = phases
-    lake.overwrite("policy_replay", replay_fleet(test, params, stats))
+    lake.overwrite("policy_replay", replay_fleet(test, params, stats, transitions))
+    lake.overwrite("policy_frontier", replay_fleet_grid(test, params, stats, transitions))
+    held_totals = frontier_totals(lake.read("policy_frontier"))
+    train_totals = frontier_totals(replay_fleet_grid(train, params, stats, transitions))
+    table = calibrate(train_totals, held_totals, cfg.policies.target_fulfilment)
+    lake.overwrite("policy_calibration", lake.spark.createDataFrame(table, _schema("policy_calibration")))
+    print(format_calibration(table))
+    scores = _next_phase_scores(cfg, lake, transitions)
+    if scores:
+        print(f"phase.proactive: next phase predicted at {scores['correct']} of {scores['boundaries']} held-out run ends "
+              f"(precision {scores['precision']:.2f}, recall {scores['recall']:.2f}, F1 {scores['f1']:.2f})")
     summary = summarise(lake.read("policy_replay")).toPandas()
     print(format_summary(summary))
-    return _Output({"policy_replay": lake.count("policy_replay")}, details={"summary": summary})
+    written = {name: lake.count(name) for name in ("policy_replay", "policy_frontier", "policy_calibration")}
+    return _Output(written, details={"summary": summary, "calibration": table, "frontier": held_totals, "next_phase": scores})
+
+
+def _schema(name: str) -> Any:
+    from ai4dl.lake.tables import spec
+
+    return spec(name).schema
 
 
 # --------------------------------------------------------------------------------------------------- upkeep
@@ -390,7 +439,8 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     images = {
         "trace": plots.plot_trace_phases(one, out_dir / "trace_phases.png", title=f"Container {pod} by phase"),
         "box": plots.plot_phase_boxplots(sample_pdf, out_dir / "phase_boxplots.png"),
-        "curves": plots.plot_policy_curves(one, out_dir / "policy_curves.png", params, phase_stats=stats),
+        "curves": plots.plot_policy_curves(one, out_dir / "policy_curves.png", params, phase_stats=stats,
+                                           transitions=policy_transitions(cfg, lake)),
     }
     sections = [Section("A container's life by phase", f"Container {pod}: CPU and memory, coloured by phase.", images=[images["trace"]])]
     sections.append(Section("What each phase uses", "CPU cores and memory per phase, and how common each phase is.", images=[images["box"]]))
@@ -399,10 +449,22 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
         graphs = [p for p in (out_dir / "transition_graph.png", out_dir / "prototype_tree.png") if p.exists()]
         sections.append(Section("Phase statistics (fleet)", "From the gold table phase_stats.", table=table.round(3), images=graphs))
     meta: dict[str, Any] = {"lake": cfg.lake.root, "labelled steps": total}
+    if lake.exists("policy_calibration") and lake.exists("policy_frontier"):
+        from ai4dl.policies.fleet import frontier_totals
+
+        calibration = lake.read("policy_calibration").toPandas()
+        target = float(calibration["target_fulfilment"].iloc[0]) if len(calibration) else None
+        frontier = plots.plot_frontier(frontier_totals(lake.read("policy_frontier")), calibration,
+                                       out_dir / "frontier.png", target)
+        sections.append(Section(
+            "Policies at one service level",
+            "Each policy's knob chosen on the training containers for the target fulfilment, then scored on the "
+            "held-out containers; the frontier shows every knob value.",
+            table=calibration.round(4), images=[frontier]))
     if lake.exists("policy_replay"):
         summary = summarise(lake.read("policy_replay")).toPandas()
         savings = plots.plot_savings(summary, out_dir / "savings.png")
-        sections.append(Section("Policies", "Allocated vs used over the test containers.", table=summary.round(4), images=[savings, images["curves"]]))
+        sections.append(Section("Policies at their configured parameters", "Allocated vs used over the test containers.", table=summary.round(4), images=[savings, images["curves"]]))
     train_report = out_dir / "train_report.json"
     if train_report.exists():
         meta.update({k: v for k, v in json.loads(train_report.read_text()).items() if not isinstance(v, (list, dict))})

@@ -89,3 +89,27 @@ POLICY_REPLAY_FIELDS: tuple[tuple[str, str, bool], ...] = (
 # policy's one knob (:data:`ai4dl.policies.replay.KNOBS`), null for the policies without one. The replay's
 # columns come first, so dropping ``knob`` gives a ``POLICY_REPLAY`` frame.
 POLICY_FRONTIER_FIELDS: tuple[tuple[str, str, bool], ...] = (*POLICY_REPLAY_FIELDS, ("knob", "double", True))
+
+# The calibrated comparison, one row per (policy, resource): the knob chosen on training containers for the
+# target fulfilment, and what it gives on the held-out ones (see ai4dl.policies.calibration).
+POLICY_CALIBRATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("policy", "string", False),
+    ("resource", "string", False),  # cpu | mem
+    ("knob_name", "string", True),  # the PolicyParams field tuned (null: a policy without a knob)
+    ("knob", "double", True),
+    ("target_fulfilment", "double", False),
+    ("train_fulfilment", "double", True),  # on the training containers, where the knob was chosen
+    ("reached", "boolean", False),  # the target was reached on the training containers
+    ("containers", "bigint", False),  # held-out containers scored
+    ("steps", "bigint", False),
+    ("allocated", "double", False),
+    ("static_allocated", "double", False),
+    ("fulfilment", "double", True),  # held-out met_steps / steps
+    ("savings_vs_static", "double", True),
+    ("savings_vs_prev_rules", "double", True),
+    ("savings_vs_vpa", "double", True),
+    ("oom_kills", "bigint", False),
+    ("oom_kills_per_100", "double", True),  # per 100 held-out containers
+    ("throttled_steps", "bigint", False),
+    ("throttled_core_seconds", "double", False),
+)

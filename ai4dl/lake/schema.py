@@ -8,7 +8,7 @@ from __future__ import annotations
 from pyspark.sql import types as T
 
 from ai4dl.lake.columns import (  # noqa: F401  (re-exported: one import for names and schemas)
-    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS, SERVICE, SOURCE_COLUMNS, TS, lake_name, source_name,
+    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_CALIBRATION_FIELDS, POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS, SERVICE, SOURCE_COLUMNS, TS, lake_name, source_name,
 )
 
 _metric_fields = [T.StructField(m, T.DoubleType(), True) for m in METRICS]
@@ -161,7 +161,7 @@ DWELL = T.StructType(
     ]
 )
 
-_SQL_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "double": T.DoubleType()}
+_SQL_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "double": T.DoubleType(), "boolean": T.BooleanType()}
 
 
 def _struct(declared: tuple[tuple[str, str, bool], ...]) -> T.StructType:
@@ -173,6 +173,8 @@ def _struct(declared: tuple[tuple[str, str, bool], ...]) -> T.StructType:
 POLICY_REPLAY = _struct(POLICY_REPLAY_FIELDS)
 # Calibration: the replay of every (policy, knob value, resource), see ai4dl.policies.replay.replay_container_grid.
 POLICY_FRONTIER = _struct(POLICY_FRONTIER_FIELDS)
+# Gold: each policy at the matched service level (knob chosen on training containers, scored held out).
+POLICY_CALIBRATION = _struct(POLICY_CALIBRATION_FIELDS)
 
 # One row when a run starts (status "started", table "-"), then one per table or model it wrote (status
 # "finished") or one "failed" row with the error: a run with no row after "started" died (killed, lost node).

@@ -51,6 +51,8 @@ TABLES: dict[str, TableSpec] = {
     "transitions": TableSpec("gold/phase_transitions", S.TRANSITIONS),
     "phase_stats": TableSpec("gold/phase_stats", S.PHASE_STATS),
     "policy_replay": TableSpec("gold/policy_replay", S.POLICY_REPLAY),
+    "policy_frontier": TableSpec("gold/policy_frontier", S.POLICY_FRONTIER),
+    "policy_calibration": TableSpec("gold/policy_calibration", S.POLICY_CALIBRATION),
     "run_log": TableSpec("_meta/run_log", S.RUN_LOG),
 }
 

@@ -64,6 +64,18 @@ def replay_fleet_grid(
     return phases_df.select(*INPUT_COLUMNS).groupBy("pod_id").applyInPandas(replay, POLICY_FRONTIER)
 
 
+def frontier_totals(frontier_df: DataFrame) -> pd.DataFrame:
+    """``POLICY_FRONTIER`` rows summed per (policy, resource, knob), with the number of containers: the small
+    table (policies x knob values x resources) that calibration and the frontier plot read on the driver."""
+    sums = ["steps", "met_steps", "used", "allocated", "static_allocated", "oom_kills", "throttled_steps",
+            "throttled_core_seconds", "shortfall_steps"]
+    return (
+        frontier_df.groupBy("policy", "resource", "knob")
+        .agg(F.countDistinct("pod_id").alias("containers"), *[F.sum(c).alias(c) for c in sums])
+        .toPandas()
+    )
+
+
 def _ratio(num, den):
     return F.when(den != 0, num / den)
 
@@ -71,7 +83,8 @@ def _ratio(num, den):
 def summarise(replay_df: DataFrame) -> DataFrame:
     """Fleet totals per (policy, resource) of a ``POLICY_REPLAY`` DataFrame.
 
-    ``savings_vs_static = 1 - allocated / static_allocated``; ``savings_vs_prev_rules = 1 - allocated /
+    ``oom_kills_per_100`` is per 100 replayed containers (memory rows); ``savings_vs_static = 1 - allocated /
+    static_allocated``; ``savings_vs_prev_rules = 1 - allocated /
     allocated(prev.step.rules)`` of the same resource; ``fulfilment = met_steps / steps``; ``utilisation =
     used / allocated``. A ratio with a zero denominator is null. Ordered by resource, then :data:`POLICIES`.
     """
@@ -85,6 +98,9 @@ def summarise(replay_df: DataFrame) -> DataFrame:
         F.sum("shortfall_steps").alias("shortfall_steps"),
         F.sum("shortfall_total").alias("shortfall_total"),
         F.max("shortfall_max").alias("shortfall_max"),
+        F.sum("oom_kills").alias("oom_kills"),
+        F.sum("throttled_steps").alias("throttled_steps"),
+        F.sum("throttled_core_seconds").alias("throttled_core_seconds"),
     )
     by_resource = Window.partitionBy("resource")
     prev_rules = F.max(F.when(F.col("policy") == "prev.step.rules", F.col("allocated"))).over(by_resource)
@@ -106,6 +122,10 @@ def summarise(replay_df: DataFrame) -> DataFrame:
             "shortfall_steps",
             "shortfall_total",
             "shortfall_max",
+            "oom_kills",
+            (F.lit(100.0) * _ratio(F.col("oom_kills"), F.col("containers"))).alias("oom_kills_per_100"),
+            "throttled_steps",
+            "throttled_core_seconds",
             _ratio(F.col("used"), F.col("allocated")).alias("utilisation"),
             order.alias("_order"),
         )

@@ -490,6 +490,45 @@ def plot_savings(summary_pdf: pd.DataFrame, png_path: str | Path, title: str | N
     return _save(fig, png_path)
 
 
+def plot_frontier(totals: pd.DataFrame, calibration: pd.DataFrame | None, png_path: str | Path,
+                  target: float | None = None, title: str | None = None) -> Path:
+    """The frontier: savings vs static against fulfilment over each policy's knob range, held-out containers
+    (one panel per resource; rows of :func:`ai4dl.policies.fleet.frontier_totals`). The knob chosen on the
+    training containers is ringed; the dashed line is the target fulfilment. Up and right is better."""
+    heading = title or "Policy frontiers (held-out containers): savings vs fulfilment over each knob"
+    if totals is None or totals.empty:
+        return _empty(png_path, heading)
+    df = totals.copy()
+    df["fulfilment"] = df["met_steps"] / df["steps"].where(df["steps"] > 0)
+    df["savings"] = 1.0 - df["allocated"] / df["static_allocated"].where(df["static_allocated"] > 0)
+    resources = [r for r in RESOURCES if r in set(df["resource"])]
+    fig = _figure(6.2 * max(len(resources), 1), 5.2)
+    for j, res in enumerate(resources):
+        ax = fig.add_subplot(1, len(resources), j + 1)
+        part = df[df["resource"] == res]
+        for policy in [p for p in POLICIES if p in set(part["policy"])]:
+            rows = part[part["policy"] == policy].sort_values("knob")
+            colour = policy_colour(policy)
+            style = "-o" if rows["knob"].notna().any() else "s"
+            ax.plot(rows["fulfilment"], rows["savings"], style, color=colour, markersize=3.5, linewidth=1.2, label=policy)
+            if calibration is not None and not calibration.empty:
+                chosen = calibration[(calibration["policy"] == policy) & (calibration["resource"] == res)]
+                for c in chosen.itertuples(index=False):
+                    ax.plot([c.fulfilment], [c.savings_vs_static], "o", markersize=10, markerfacecolor="none",
+                            markeredgecolor=colour, markeredgewidth=1.6)
+        if target is not None:
+            ax.axvline(target, color="#555555", linestyle="--", linewidth=0.9)
+        ax.set_xlabel("fulfilment (steps with allocation >= usage)")
+        ax.set_ylabel("savings vs static")
+        ax.xaxis.set_major_formatter(lambda v, _pos: f"{100 * v:.0f}%")
+        ax.yaxis.set_major_formatter(lambda v, _pos: f"{100 * v:.0f}%")
+        ax.set_title(RESOURCE_LABELS.get(res, res), fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="lower left")
+    fig.suptitle(heading, fontsize=11)
+    return _save(fig, png_path)
+
+
 def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None) -> Path:
     """Draw a phase graph (or prototype tree) to a PNG with matplotlib's Agg canvas (no global backend change).
 
