@@ -150,3 +150,16 @@ def test_torch_distributor_data_parallel_training(spark):
     result = train_distributed(x, cond, params, processes=2, log=lambda *_: None)
     assert result.weights.W.shape == (3, 4) and result.weights.n_history == 2
     assert result.epochs_run == 4 and result.epoch_errors[-1] < result.epoch_errors[0]
+
+
+def test_phase_quality_on_hand_made_labels():
+    from ai4dl.method.quality import phase_quality
+
+    truth = ["steady"] * 6 + ["warmup"] * 4
+    perfect = phase_quality(truth, [3] * 6 + [1] * 4)
+    assert perfect["ari"] == pytest.approx(1.0) and perfect["nmi"] == pytest.approx(1.0)
+    mixed = phase_quality(truth, [3, 3, 3, 3, 1, 1, 1, 1, 1, None])  # one unlabelled step left out
+    assert mixed["steps"] == 9
+    assert mixed["behaviours"]["steady"] == {"steps": 6, "phase": 3, "purity": 4 / 6}
+    assert mixed["behaviours"]["warmup"] == {"steps": 3, "phase": 1, "purity": 1.0}
+    assert 0 < mixed["ari"] < 1

@@ -600,3 +600,31 @@ def test_next_phase_f1_counts():
     assert (none["boundaries"], none["predicted"], none["correct"]) == (1, 0, 0)
     assert np.isnan(none["precision"]) and none["recall"] == 0.0 and np.isnan(none["f1"])
     assert next_phase_f1([None, None], {})["boundaries"] == 0
+
+
+def test_calibration_chooses_knobs_on_training_containers_only(spark, cfg):
+    """Training containers swing (prev.step.rules needs a large k to meet 95 %), held-out ones are flat (any k
+    meets it): the calibrated k must be the training containers' — it would be the smallest if they leaked."""
+    from pyspark.sql import functions as F
+
+    from ai4dl import stages
+    from ai4dl.lake.tables import Lake
+
+    split = cfg.window.split
+    ids = spark.createDataFrame([(f"pod-{i}",) for i in range(40)], "pod_id string")
+    train_ids = [r[0] for r in split.training(ids).collect()][:3]
+    held_ids = [r[0] for r in split.held_out(ids).collect()][:3]
+    rng = np.random.default_rng(0)
+    pdfs = []
+    for pod in train_ids:
+        swing = 50.0 + 40.0 * rng.standard_normal(200).clip(-1.2, 1.2)  # memory jumps around within each interval
+        pdfs.append(_container(pod, "svc", np.full(200, 1.0), 4.0, swing, 1000.0, [0] * 200))
+    for pod in held_ids:
+        pdfs.append(_container(pod, "svc", np.full(200, 1.0), 4.0, np.full(200, 50.0), 1000.0, [0] * 200))
+    lake = Lake.for_config(spark, cfg)
+    lake.overwrite("phases", _spark_df(spark, pdfs).withColumn("model_id", F.lit("m")))
+    table = stages.policies(cfg, spark).details["calibration"].set_index(["policy", "resource"])
+    chosen = table.loc[("prev.step.rules", "mem")]
+    assert chosen["reached"] and chosen["knob"] >= 1.0  # flat held-out memory would have taken k = 0
+    assert chosen["containers"] == len(held_ids) and chosen["fulfilment"] == 1.0  # scored held out
+    assert set(lake.read("policy_frontier").select("pod_id").distinct().toPandas()["pod_id"]) == set(held_ids)

@@ -1,0 +1,73 @@
+"""Phase quality on the frozen fleet: how well the phases recover the behaviours that generated the traces.
+
+    .venv/bin/python bench/phase_quality.py                       # ../shared/data/fleet/fleet-2026, default config
+    .venv/bin/python bench/phase_quality.py --set train.k=6 --set train.epochs=100
+
+Ingests the frozen fleet (never regenerated or edited), windows it, trains on the training containers of the
+configured split, labels everything, and scores the *held-out* containers only against their ``behaviour``
+column: adjusted Rand index, normalised mutual information, and per behaviour its purity (the share of its
+steps in its most common phase) and that phase. Prints a table and one ``QUALITY_JSON`` line. A figure, not a
+test: the scoring is :func:`ai4dl.method.quality.phase_quality`, tested on hand-made labels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fleet", default=str(ROOT.parent / "shared" / "data" / "fleet" / "fleet-2026"))
+    p.add_argument("--workdir", default="/tmp/ai4dl-quality")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+
+    from ai4dl import stages
+    from ai4dl.config import load_config
+    from ai4dl.lake.session import get_spark
+    from ai4dl.lake.tables import Lake
+    from ai4dl.method.quality import phase_quality
+
+    work = Path(args.workdir)
+    shutil.rmtree(work, ignore_errors=True)
+    cfg = load_config(None, [
+        "spark.master=local[2]", "spark.shuffle_partitions=4", "spark.driver_memory=6g",
+        f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}", f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}",
+        f"report.dir={work / 'report'}", *args.overrides,
+    ])
+    print(f"[quality] load {os.getloadavg()[0]:.2f} (1 min); fleet {args.fleet}", flush=True)
+    spark = get_spark(cfg)
+    stages.ingest(cfg, spark, input=args.fleet, fmt="parquet")
+    stages.window(cfg, spark)
+    t0 = time.time()
+    trained = stages.train(cfg, spark)
+    train_seconds = time.time() - t0
+    stages.label(cfg, spark, model=trained.details["path"])
+    lake = Lake.for_config(spark, cfg)
+    held = cfg.window.split.held_out(lake.read("phases")).where("phase IS NOT NULL AND behaviour IS NOT NULL")
+    pdf = held.select("behaviour", "phase").toPandas()
+    result = phase_quality(pdf["behaviour"].tolist(), pdf["phase"].tolist())
+    result.update(train_seconds=round(train_seconds, 1), model=trained.details["path"],
+                  held_out_containers=int(held.select("pod_id").distinct().count()), overrides=args.overrides)
+
+    print(f"\nheld-out containers {result['held_out_containers']}, steps {result['steps']}: "
+          f"ARI {result['ari']:.3f}, NMI {result['nmi']:.3f}; training {train_seconds:.0f}s")
+    print(f"{'behaviour':<26} {'steps':>8} {'main phase':>10} {'purity':>7}")
+    for name, b in sorted(result["behaviours"].items()):
+        print(f"{name:<26} {b['steps']:>8} {b['phase']:>10} {b['purity']:>7.1%}")
+    print("QUALITY_JSON " + json.dumps(result), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
