@@ -30,7 +30,10 @@ from ai4dl.method.model import PhaseModel, save
 from ai4dl.traces.ingest import ingest
 
 TIMESTAMPS = {"ingested_at", "quarantined_at", "finished_at"}
-STAGE_TABLES = ("bronze", "quarantine", "silver", "phases", "sequences", "transitions", "phase_stats", "policy_replay")
+STAGE_TABLES = (
+    "bronze", "quarantine", "silver", "phases", "sequences", "transitions", "phase_stats", "policy_replay", "policy_frontier",
+    "policy_calibration",
+)
 
 
 def snapshot(lake, name):
@@ -105,7 +108,7 @@ def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice)
         "window": {"silver"},
         "label": {"phases"},
         "behaviour": {"sequences", "transitions", "phase_stats"},
-        "policies": {"policy_replay"},
+        "policies": {"policy_replay", "policy_frontier", "policy_calibration"},
     }
     digest = cfg.digest
     for job, tables in expected.items():
