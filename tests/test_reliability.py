@@ -326,3 +326,13 @@ def test_concurrent_ingests_of_the_same_file_insert_it_once(cfg, dlaas_sample, s
         line = next(ln for ln in log.read_text().splitlines() if ln.startswith("ingest: read"))
         inserted.append(int(line.split("(")[1].split(" new")[0]))
     assert sorted(inserted) == [0, n_a]  # each run's own MERGE metrics: one inserted all, the other none
+
+
+def test_a_table_whose_creation_was_killed_is_created_on_the_rerun(spark, lake):
+    """A creator killed before its first commit leaves an empty ``_delta_log``; the next run must not be stuck."""
+    (Path(lake.path("run_log")) / "_delta_log").mkdir(parents=True)
+    (Path(lake.path("bronze")) / "_delta_log" / "_commits").mkdir(parents=True)
+    lake.log_run("ingest", {"bronze": 0}, "digest")
+    assert lake.read("run_log").count() == 1
+    lk.ensure_table(spark, lake.path("bronze"), lk.spec("bronze").schema)
+    assert lake.exists("bronze")

@@ -195,6 +195,22 @@ def ensure_table(
                 time.sleep(0.3)
             if attempt == MERGE_RETRIES - 1:
                 raise
+            # Still no table after the wait: a creator killed before its first commit left a log directory
+            # without any commit, which Delta then refuses to create over. Nothing was ever committed there.
+            _clear_uncommitted_log(spark, path)
+
+
+def _clear_uncommitted_log(spark: SparkSession, path: str) -> bool:
+    """Remove ``<path>/_delta_log`` when it holds no commit file (an interrupted create); True if removed."""
+    jvm = spark.sparkContext._jvm
+    log = jvm.org.apache.hadoop.fs.Path(join_path(path, "_delta_log"))
+    fs = log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(log):
+        return False
+    names = [s.getPath().getName() for s in fs.listStatus(log)]
+    if any(n.endswith(".json") or ".checkpoint" in n for n in names):
+        return False
+    return bool(fs.delete(log, True))
 
 
 # The overwrite commit carries the table properties it was written with in its commitInfo.userMetadata.
