@@ -336,3 +336,17 @@ def test_a_table_whose_creation_was_killed_is_created_on_the_rerun(spark, lake):
     assert lake.read("run_log").count() == 1
     lk.ensure_table(spark, lake.path("bronze"), lk.spec("bronze").schema)
     assert lake.exists("bronze")
+
+
+def test_a_gold_table_of_an_older_layout_is_upgraded_by_the_next_overwrite(spark, lake):
+    from pyspark.sql import types as T
+
+    from ai4dl.lake.schema import POLICY_REPLAY
+
+    old = T.StructType([f for f in POLICY_REPLAY.fields if f.name not in ("oom_kills", "throttled_steps", "throttled_core_seconds")])
+    lk.ensure_table(spark, lake.path("policy_replay"), old)
+    row = {f.name: (0 if isinstance(f.dataType, T.LongType) else 0.0 if isinstance(f.dataType, T.DoubleType) else "x")
+           for f in POLICY_REPLAY.fields}
+    lake.overwrite("policy_replay", spark.createDataFrame([tuple(row.values())], POLICY_REPLAY))
+    got = lake.read("policy_replay")
+    assert got.schema == POLICY_REPLAY and got.count() == 1  # declared columns, NOT NULL kept

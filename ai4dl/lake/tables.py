@@ -247,6 +247,7 @@ def overwrite(
     """
     spark = df.sparkSession
     props = {str(k): str(v) for k, v in (properties or {}).items()}
+    _upgrade_schema(spark, path, schema, partition_by, props)
     ensure_table(spark, path, schema, partition_by, props)
     writer = df.select(*schema.fieldNames()).write.format("delta").mode("overwrite")
     if props:
@@ -257,6 +258,22 @@ def overwrite(
         current = table_properties(spark, path)
         if any(current.get(k) != v for k, v in props.items()):
             set_properties(spark, path, props)
+
+
+def _upgrade_schema(spark: SparkSession, path: str, schema: StructType, partition_by: Iterable[str],
+                    props: dict[str, str]) -> None:
+    """A table written by an older ai4dl with other columns is replaced by an empty one of the declared schema
+    (NOT NULL kept), so the overwrite that follows succeeds. Only for tables a stage rewrites whole: the
+    previous version stays in the Delta history (time travel), nothing is merged into the old layout."""
+    if not exists(spark, path):
+        return
+    current = spark.read.format("delta").load(path).schema.fieldNames()
+    if current == schema.fieldNames():
+        return
+    cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}" for f in schema.fields)
+    parts = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partition_by)})" if list(partition_by) else ""
+    tbl = f" TBLPROPERTIES ({', '.join(f'{_sql_string(k)} = {_sql_string(v)}' for k, v in props.items())})" if props else ""
+    spark.sql(f"REPLACE TABLE delta.`{path}` ({cols}) USING DELTA{parts}{tbl}")
 
 
 def _sql_string(value: str) -> str:
