@@ -62,6 +62,18 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", parents=[common], help="generate -> ingest -> window -> train -> label -> behaviour -> policies -> report")
     d.add_argument("--input", help="ingest these traces instead of generating a fleet")
 
+    many = sub.add_parser(
+        "run", parents=[common], help="several stages in order in one Spark session (JVM and Delta start paid once)",
+        description="Runs the given stages in order in one Spark session, each with its options from the config "
+        "(e.g. `ai4dl run ingest window label behaviour policies`). Stages that need arguments of their own "
+        "(refine, import-reference-model) are run alone.",
+    )
+    many.add_argument("stages", nargs="+", choices=list(PIPELINE_STAGES), metavar="STAGE",
+                      help=f"one or more of: {', '.join(PIPELINE_STAGES)}")
+    many.add_argument("--input", help="ingest these traces instead of ingest.input")
+    many.add_argument("--format", choices=["csv", "parquet", "delta"], help="format of the ingest input")
+    many.add_argument("--model", help="label with this model directory (default: label.model or the latest)")
+
     lg = sub.add_parser("log", parents=[common], help="the last runs from the run log; flags unfinished runs and their commits")
     lg.add_argument("--last", type=int, default=20, help="how many runs (default 20)")
 
@@ -77,6 +89,15 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--interval", type=int, default=10, help="ask for a recommendation every N samples (default 10)")
     v.add_argument("--out", required=True, help="output CSV")
     return p
+
+
+# Stages ``ai4dl run`` chains: those that need no argument of their own beyond the config.
+PIPELINE_STAGES = ("generate", "ingest", "window", "train", "label", "behaviour", "policies", "optimize", "report")
+
+
+def _pipeline_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per-stage options of ``ai4dl run`` (only the stages that take the shared flags)."""
+    return {"ingest": {"input": args.input, "fmt": args.format}, "label": {"model": args.model}}
 
 
 # Verb -> (stage, its options from the parsed arguments). Config shortcuts are handled in _overrides.
@@ -160,7 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         from ai4dl import stages
 
-        stages.run(args.command, cfg, **VERBS[args.command](args))
+        if args.command == "run":
+            stages.run_many(args.stages, cfg, options=_pipeline_options(args))
+        else:
+            stages.run(args.command, cfg, **VERBS[args.command](args))
     except Ai4dlError as exc:  # expected, explained failures: one line, exit 2
         print(f"ai4dl {args.command}: {exc}", file=sys.stderr)
         return 2

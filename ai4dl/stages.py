@@ -23,7 +23,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ai4dl.config import Config
 from ai4dl.errors import ConfigError
@@ -105,6 +105,31 @@ def run(verb: str, cfg: Config, spark: Any = None, **options: Any) -> StageResul
     if verb not in STAGES:
         raise ConfigError(f"unknown stage '{verb}' (known: {', '.join(STAGES)})")
     return STAGES[verb](cfg, spark, **options)
+
+
+def run_many(verbs: Sequence[str], cfg: Config, spark: Any = None,
+             options: Mapping[str, Mapping[str, Any]] | None = None) -> list[StageResult]:
+    """Run stages in order in one Spark session: the JVM, Delta's classes and the first table reads are paid
+    once, not once per command. ``generate`` followed by ``ingest`` ingests what was generated. Each stage still logs its own run and commits on its own; the first failure
+    stops the chain (the stages before it stay committed, as if run one by one)."""
+    unknown = [v for v in verbs if v not in STAGES]
+    if unknown:
+        raise ConfigError(f"unknown stage(s) {', '.join(unknown)} (known: {', '.join(STAGES)})")
+    from ai4dl.lake.session import get_spark
+
+    spark = spark if spark is not None else get_spark(cfg)
+    results = []
+    t0 = time.time()
+    generated = None
+    for verb in verbs:
+        given = {k: v for k, v in (options or {}).get(verb, {}).items() if v is not None}
+        if verb == "ingest" and generated and "input" not in given:
+            given.update(input=generated, fmt="csv")  # what this chain just generated, as the demo does
+        results.append(run(verb, cfg, spark, **given))
+        if verb == "generate":
+            generated = results[-1].details["path"]
+    print(f"run: {' -> '.join(verbs)} in {time.time() - t0:.1f}s")
+    return results
 
 
 # --------------------------------------------------------------------------------------------------- traces
@@ -507,5 +532,6 @@ def _save_json(path: Path, data: Any) -> None:
 
 __all__ = [
     "STAGES", "StageResult", "behaviour", "demo", "generate", "import_reference_model", "ingest", "label",
-    "optimize", "policies", "policy_phase_stats", "refine", "report", "resolve_model", "run", "train", "window",
+    "optimize", "policies", "policy_phase_stats", "refine", "report", "resolve_model", "run", "run_many", "train",
+    "window",
 ]

@@ -26,7 +26,7 @@ def test_every_verb_is_one_stage_and_one_cli_entry(project_root):
     assert set(VERBS) == VERBS_OF_THE_PRODUCT
     for job in (project_root / "jobs").glob("*.py"):
         verb = job.stem.replace("_", "-")
-        assert verb in VERBS_OF_THE_PRODUCT, job
+        assert verb in VERBS_OF_THE_PRODUCT | {"run"}, job  # run: several stages in one application
         assert f'main(["{verb}", *sys.argv[1:]])' in job.read_text(), job
 
 
@@ -252,3 +252,18 @@ def test_run_log_has_started_failed_and_flags_what_a_dead_run_committed(spark, c
     assert "! deadbeef0001 label" in out
     assert f"transitions version {lake.version('transitions')} was committed by run deadbeef0001" in out
     assert "1 unfinished" in out
+
+
+def test_run_chains_stages_in_the_session_it_finds(spark, cfg):
+    """``ai4dl run a b c`` = the stages one by one, in one session (each still logs its own run)."""
+    from ai4dl.cli import main
+
+    args = [f"lake.root={cfg.lake.root}", f"lake.models={cfg.lake.models}", f"report.dir={cfg.report.dir}",
+            "generate.containers=4", "generate.steps=30", "generate.services=2"]
+    assert main(["run", "generate", "ingest", "window", *[a for kv in args for a in ("--set", kv)]]) == 0
+    lake = Lake.for_config(spark, cfg)
+    assert lake.count("bronze") == 4 * 30 and lake.count("silver") == 4 * 30
+    jobs = [r["job"] for r in lake.read("run_log").where("status = 'finished'").orderBy("finished_at").collect()]
+    assert [j for i, j in enumerate(jobs) if j not in jobs[:i]] == ["generate", "ingest", "window"]
+    with pytest.raises(SystemExit):
+        main(["run", "refine"])  # needs --phase: refused by the parser, run alone
