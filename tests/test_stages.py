@@ -106,6 +106,42 @@ def test_expected_failures_are_one_line_and_exit_2(spark, cfg, capsys):
     assert len(err) == 1 and err[0].startswith("ai4dl policies: table 'phases' does not exist yet at ")
 
 
+def test_help_is_plain_text():
+    out = subprocess.run([sys.executable, "-m", "ai4dl.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: ai4dl [-h] COMMAND ...")
+    assert "``" not in out.stdout and "\x1b[" not in out.stdout  # no reST markup, no terminal colours
+    assert "ai4dl demo --input" in out.stdout and out.stderr == ""
+
+
+def test_every_stage_ends_with_one_summary_line(spark, cfg, dlaas_sample, capsys):
+    import re
+
+    code = main(["ingest", str(dlaas_sample), "--set", f"lake.root={cfg.lake.root}"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 0
+    bronze = re.escape(Lake(spark, cfg.lake.root).path("bronze"))
+    assert re.fullmatch(rf"ingest: 204 rows in, 204 out, 0 quarantined, \d+\.\ds -> {bronze} \(\+ quarantine\) \[run \S+\]", last), last
+    result = stages.window(cfg, spark)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == result.summary()
+    assert result.summary().startswith("window: 204 rows in, 204 out, ")
+
+
+def test_demo_input_honours_its_format(spark, cfg, dlaas_sample, tmp_path):
+    from ai4dl.traces.ingest import guess_format
+
+    src = spark.read.option("header", True).csv(str(dlaas_sample))
+    src.write.format("delta").save(str(tmp_path / "as-delta"))
+    src.write.parquet(str(tmp_path / "as-parquet"))
+    assert guess_format(spark, str(tmp_path / "as-delta")) == "delta"
+    assert guess_format(spark, str(tmp_path / "as-parquet")) == "parquet"
+    assert guess_format(spark, str(dlaas_sample)) == "csv"
+    from ai4dl.cli import _parser
+
+    args = _parser().parse_args(["demo", "--input", "x", "--format", "parquet"])
+    assert VERBS["demo"](args) == {"input": "x", "fmt": "parquet"}
+
+
 def test_anything_else_keeps_its_traceback(spark, cfg, monkeypatch):
     def broken(cfg, spark=None, **options):
         raise KeyError("a bug, not a user error")

@@ -276,6 +276,20 @@ def read_csv_by_header(spark: SparkSession, path: str, delimiter: str = "auto") 
     return df, described
 
 
+def guess_format(spark: SparkSession, path: str, default: str = "csv") -> str:
+    """``delta`` for a folder holding ``_delta_log``, ``parquet`` when every file is ``.parquet``, else
+    ``default``: what ``ai4dl demo --input PATH`` reads without ``--format``."""
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if fs.exists(jvm.org.apache.hadoop.fs.Path(hpath, "_delta_log")):
+        return "delta"
+    files = list_files(spark, path)
+    if files and all(f.endswith(".parquet") for f in files):
+        return "parquet"
+    return default
+
+
 def read_source(spark: SparkSession, path: str, fmt: str = "csv", delimiter: str = "auto") -> DataFrame:
     """Read an export as it is: CSV columns stay strings so a bad number is seen, not nulled by inference."""
     if fmt == "csv":
