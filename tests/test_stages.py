@@ -288,3 +288,37 @@ def test_run_log_has_started_failed_and_flags_what_a_dead_run_committed(spark, c
     assert "! deadbeef0001 label" in out
     assert f"transitions version {lake.version('transitions')} was committed by run deadbeef0001" in out
     assert "1 unfinished" in out
+
+
+# --- a quiet start: Delta's JARs resolved once, then passed as files ----------------------------------------
+
+
+def test_delta_jars_come_from_the_recorded_classpath_without_ivy(spark, test_config, monkeypatch, capsys):
+    from ai4dl.lake import session
+
+    jars = session.delta_jars(test_config.spark.ivy_cache)  # resolved (once) when the test session started
+    assert any(Path(j).name.startswith("delta-spark_") for j in jars) and all(Path(j).is_file() for j in jars)
+    assert set(jars) <= set(spark.sparkContext.getConf().get("spark.jars").split(","))
+
+    def no_ivy(*args, **kwargs):
+        raise AssertionError("Ivy ran although the classpath is recorded")
+
+    monkeypatch.setattr(session.subprocess, "run", no_ivy)
+    assert session.delta_jars(test_config.spark.ivy_cache) == jars
+    assert capsys.readouterr().out == ""  # a later start prints nothing
+
+
+def test_an_unreachable_maven_central_is_one_line(tmp_path, monkeypatch, capsys):
+    from ai4dl.errors import SparkSetupError
+    from ai4dl.lake import session
+
+    noisy = "\n".join([":: problems summary ::", *["WARN host not found: repo1.maven.org"] * 50,
+                       "module not found: io.delta#delta-spark_4.1_2.13;4.3.1"])
+    monkeypatch.setattr(session.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a[0], 1, stdout=noisy, stderr=""))
+    with pytest.raises(SparkSetupError) as info:
+        session.delta_jars(tmp_path / "ivy")
+    assert "\n" not in str(info.value) and "module not found: io.delta" in str(info.value)
+    assert "repo1.maven.org" in str(info.value)
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1  # the one 'fetching' line, no resolver noise
+    assert "central" in (tmp_path / "ivy" / session.IVY_SETTINGS_NAME).read_text()
