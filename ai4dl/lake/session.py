@@ -81,12 +81,13 @@ def get_spark(cfg: "Config") -> SparkSession:
     if not (submitted and SparkConf().contains("spark.master")):
         builder = builder.master(cfg.spark.master)
     conf = build_spark_conf(cfg)
-    if cfg.spark.ivy_cache and not submitted:
+    resolved = bool(cfg.spark.ivy_cache) and not submitted
+    if resolved:
         jars = delta_jars(cfg.spark.ivy_cache)
         conf["spark.jars"] = ",".join([*filter(None, conf.get("spark.jars", "").split(",")), *jars])
     for key, value in conf.items():
         builder = builder.config(key, value)
-    if "spark.jars" not in conf:  # no cache to resolve into (or spark-submit's own --packages): Spark's Ivy
+    if not resolved:  # no cache to resolve into (or spark-submit's own --packages): Spark's Ivy, as before
         builder = configure_spark_with_delta_pip(builder)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
