@@ -5,7 +5,12 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.ai4dl-installed
 CONF   ?= conf/local.yaml
 
-.PHONY: install demo test reference bench clean
+# Debian packages the tests use (chromium: the report opened in a real browser). One package per line, so
+# branches adding packages merge cleanly; installed only when missing and when we may (root with apt-get).
+SYSTEM_PACKAGES = \
+	chromium
+
+.PHONY: install system-deps demo test reference bench clean
 
 # The venv is made once; torch (large) is downloaded only when pyproject.toml changes or the venv is new.
 $(STAMP): pyproject.toml
@@ -16,10 +21,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing $$missing (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else \
+		echo "not installed: $$missing (needs root and apt-get); the tests that need it are skipped"; \
+	fi
+
 demo: install
 	$(BIN)/ai4dl demo --conf $(CONF)
 
-test: install
+test: install system-deps
 	$(BIN)/python -m pytest
 
 # The DLaaS sample labelled with the original AI4DL model (needs ../shared beside the project).

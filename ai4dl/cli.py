@@ -21,8 +21,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     common.add_argument("--master", help="Spark master URL (local[*], spark://host:7077, yarn, k8s://...)")
 
-    p = argparse.ArgumentParser(prog="ai4dl", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="ai4dl", description=_plain(__doc__.split("\n\n")[0]), epilog=_plain(EPILOG),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
     g = sub.add_parser("generate", parents=[common], help="write a synthetic fleet of container traces")
     g.add_argument("--containers", type=int, help="shortcut for --set generate.containers=N")
@@ -61,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", parents=[common], help="generate -> ingest -> window -> train -> label -> behaviour -> policies -> report")
     d.add_argument("--input", help="ingest these traces instead of generating a fleet")
+    d.add_argument("--format", choices=["csv", "parquet", "delta"],
+                   help="format of --input (default: guessed from the path, else ingest.format)")
 
     many = sub.add_parser(
         "run", parents=[common], help="several stages in order in one Spark session (JVM and Delta start paid once)",
@@ -100,6 +103,20 @@ def _pipeline_options(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {"ingest": {"input": args.input, "fmt": args.format}, "label": {"model": args.model}}
 
 
+EPILOG = """examples:
+  ai4dl demo                                    the whole pipeline on a generated fleet
+  ai4dl demo --input traces/ --format parquet   the same on your own traces
+  ai4dl ingest exports/2026-12-01/ --conf conf/local.yaml
+  ai4dl report --set report.dir=out/report
+
+``ai4dl <command> --help`` lists a command's options. Expected failures print one line and exit 2."""
+
+
+def _plain(text: str) -> str:
+    """Docstring text as a terminal shows it: reST literals (````x````) without their backticks."""
+    return text.replace("``", "")
+
+
 # Verb -> (stage, its options from the parsed arguments). Config shortcuts are handled in _overrides.
 VERBS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "generate": lambda a: {"out": a.out, "fmt": a.format},
@@ -113,7 +130,7 @@ VERBS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "policies": lambda a: {},
     "optimize": lambda a: {"tables": tuple(a.tables)},
     "report": lambda a: {"out": a.out},
-    "demo": lambda a: {"input": a.input},
+    "demo": lambda a: {"input": a.input, "fmt": a.format},
 }
 
 

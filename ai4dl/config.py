@@ -79,10 +79,20 @@ class LakeConfig:
 class IngestConfig:
     input: str | None = None
     format: str = _key("csv", choices=("csv", "parquet", "delta"))
-    delimiter: str = ","
+    # "auto": each file's own delimiter, detected from its header (",", ";", tab or "|"); or one character.
+    delimiter: str = "auto"
     columns: Mapping[str, str] = _key(factory=dict)  # source column -> lake column, for exports with other names
     # A usage above limit x this factor is a broken sample, not a burst.
     max_usage_factor: float = _key(10.0, lo=0, lo_open=True)
+
+    def __post_init__(self) -> None:
+        # A tab is hard to type in YAML or a shell: "\\t" and "tab" mean it too.
+        delimiter = {"\\t": "\t", "tab": "\t"}.get(self.delimiter, self.delimiter)
+        if delimiter != "auto" and (len(delimiter) != 1 or delimiter in ('"', "\n", "\r")):
+            raise ConfigError(
+                f"ingest.delimiter: {self.delimiter!r} is not allowed: 'auto' or one character (e.g. ',', ';', '\\t', '|')"
+            )
+        object.__setattr__(self, "delimiter", delimiter)
 
 
 @dataclass(frozen=True)

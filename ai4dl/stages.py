@@ -33,24 +33,56 @@ STAGES: dict[str, Callable[..., "StageResult"]] = {}
 
 @dataclass(frozen=True)
 class StageResult:
-    """What a stage did: the tables (or model directories) it wrote with their row counts, and its run id."""
+    """What a stage did: the tables (or model directories) it wrote with their row counts, and its run id;
+    the rows it read and quarantined where it knows them, and where each output is."""
 
     stage: str
     written: Mapping[str, int | None]
     run_id: str
     seconds: float
     details: Mapping[str, Any] = field(default_factory=dict)
+    rows_in: int | None = None
+    quarantined: int | None = None
+    locations: Mapping[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """The one line every stage ends with: rows in and out, quarantined, time, where the output is.
+
+        >>> StageResult("ingest", {"bronze": 204, "quarantine": 3}, "r1", 2.04, rows_in=207, quarantined=3,
+        ...             locations={"bronze": "lake/bronze/traces", "quarantine": "lake/bronze/quarantine"}).summary()
+        'ingest: 207 rows in, 204 out, 3 quarantined, 2.0s -> lake/bronze/traces (+ quarantine) [run r1]'
+        >>> StageResult("report", {"out/index.html": None}, "r2", 0.5).summary()
+        'report: 0.5s -> out/index.html [run r2]'
+        """
+        parts = []
+        if self.rows_in is not None:
+            parts.append(f"{self.rows_in} rows in")
+        main = next(iter(self.written), None)
+        if main is not None and self.written[main] is not None:
+            parts.append(f"{self.written[main]} out")
+        if self.quarantined is not None:
+            parts.append(f"{self.quarantined} quarantined")
+        parts.append(f"{self.seconds:.1f}s")
+        where = "nothing written" if main is None else self.locations.get(main, main)
+        others = [k for k in self.written if k != main]
+        if others:
+            where += f" (+ {', '.join(others)})"
+        return f"{self.stage}: {', '.join(parts)} -> {where} [run {self.run_id}]"
 
     def __str__(self) -> str:
-        tables = ", ".join(f"{k}={v}" for k, v in self.written.items()) or "nothing"
-        return f"{self.stage}: wrote {tables} in {self.seconds:.1f}s (run {self.run_id})"
+        return self.summary()
 
 
 @dataclass
 class _Output:
+    """What a stage function returns: ``written`` (its main output first), Delta versions, details for
+    callers, and for the summary line the rows it read and quarantined where it knows them."""
+
     written: dict[str, int | None]
     versions: dict[str, int | None] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    rows_in: int | None = None
+    quarantined: int | None = None
 
 
 # The folders a stage writes besides the lake (whose run log every stage writes).
@@ -92,7 +124,11 @@ def stage(name: str, writes: tuple[str, ...] = ()) -> Callable[[Callable[..., _O
                     tables.log_failed(lake, run_id, name, cfg.digest, started, f"{type(exc).__name__}: {exc}".splitlines()[0])
                 raise
             lake.log_run(name, out.written, cfg.digest, out.versions, run_id, started)
-            return StageResult(name, dict(out.written), run_id, round(time.time() - t0, 3), out.details)
+            locations = {k: lake.path(k) for k in out.written if k in tables.TABLES}
+            result = StageResult(name, dict(out.written), run_id, round(time.time() - t0, 3), out.details,
+                                 out.rows_in, out.quarantined, locations)
+            print(result.summary())
+            return result
 
         STAGES[name] = run_stage
         return run_stage
@@ -169,6 +205,8 @@ def ingest(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = N
         {"bronze": result.inserted, "quarantine": result.quarantined},
         {"bronze": result.bronze_version, "quarantine": result.quarantine_version},
         {"result": result},
+        rows_in=result.read,
+        quarantined=result.quarantined,
     )
 
 
@@ -190,8 +228,8 @@ def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Out
     lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
     counts = {r["has_full_history"]: r["count"] for r in lake.read("silver").groupBy("has_full_history").count().collect()}
     total = sum(counts.values())
-    print(f"silver: {total} windows ({counts.get(True, 0)} with full history, {counts.get(False, 0)} without) -> {lake.path('silver')}")
-    return _Output({"silver": total})
+    print(f"silver: {total} windows ({counts.get(True, 0)} with full history, {counts.get(False, 0)} without)")
+    return _Output({"silver": total}, rows_in=lake.count("bronze"))
 
 
 def _silver(lake: Any) -> tuple[Any, Any, int]:
@@ -223,7 +261,7 @@ def train(cfg: Config, lake: Any) -> _Output:
     held_out = cfg.window.split.held_out(silver.where("has_full_history"))
     quality = score(model, held_out, cfg.label.engine)
     path = str(save_version(model, cfg.lake.models, cfg.train.model_name))
-    print(f"train: model {model.model_id} saved to {path}")
+    print(f"train: model {model.model_id}")
     if "holdout_ari" in quality:
         print(f"train: adjusted Rand index vs ground truth on held-out containers: {quality['holdout_ari']:.3f} ({quality['holdout_steps']} steps)")
     crbm = model.info["crbm"]
@@ -235,7 +273,8 @@ def train(cfg: Config, lake: Any) -> _Output:
         report["k_report"] = model.info["k_report"]
     _save_json(Path(cfg.report.dir) / "train_report.json", report)
     # A model version is a directory, not a Delta table: logged by path, rows = the CRBM's sampled windows.
-    return _Output({path: report["crbm_windows"]}, details={"model": model, "path": path, "report": report})
+    return _Output({path: report["crbm_windows"]}, details={"model": model, "path": path, "report": report},
+                   rows_in=lake.count("silver"))
 
 
 @stage("refine", writes=("models",))
@@ -278,8 +317,8 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
     total = sum(r["count"] for r in counts)
     shown = ", ".join(f"{'none' if r['phase'] is None else r['phase']}: {r['count']}" for r in counts)
-    print(f"phases: {total} steps labelled ({shown}) -> {lake.path('phases')}")
-    return _Output({"phases": total}, details={"model": path})
+    print(f"phases: {total} steps labelled ({shown})")
+    return _Output({"phases": total}, details={"model": path}, rows_in=lake.count("silver"))
 
 
 # --------------------------------------------------------------------------------------------------- behaviour
@@ -494,27 +533,33 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     if train_report.exists():
         meta.update({k: v for k, v in json.loads(train_report.read_text()).items() if not isinstance(v, (list, dict))})
     path = write_report(out_dir, title="ai4dl run report", metadata=meta, sections=sections)
-    print(f"report: {path}")
-    return _Output({str(path): None}, details={"path": path})
+    return _Output({str(path): None}, details={"path": path}, rows_in=total)
 
 
 # --------------------------------------------------------------------------------------------------- demo
 
 
 @stage("demo", writes=("models", "report"))
-def demo(cfg: Config, lake: Any, input: str | None = None) -> _Output:
-    """generate -> ingest -> window -> train -> label -> behaviour -> policies -> report, in one session."""
+def demo(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = None) -> _Output:
+    """generate -> ingest -> window -> train -> label -> behaviour -> policies -> report, in one session.
+
+    ``input`` replaces the generated fleet; its format is ``fmt``, else guessed from the path (a Delta table's
+    ``_delta_log``, Parquet files), else ``ingest.format``. Each stage prints its own summary line.
+    """
+    from ai4dl.traces.ingest import guess_format
+
     spark = lake.spark
     steps: list[StageResult] = []
 
     def step(result: StageResult) -> StageResult:
-        print(f"[{result.stage}] {result.seconds:.1f}s")
         steps.append(result)
         return result
 
     if input is None:
-        input = step(generate(cfg, spark)).details["path"]
-    step(ingest(cfg, spark, input=input, fmt="csv"))
+        input, fmt = step(generate(cfg, spark)).details["path"], "csv"
+    elif fmt is None:
+        fmt = guess_format(spark, input, cfg.ingest.format)
+    step(ingest(cfg, spark, input=input, fmt=fmt))
     step(window(cfg, spark))
     step(train(cfg, spark))
     step(label(cfg, spark))

@@ -64,13 +64,34 @@ def test_header_only_ingests_zero_rows(cfg, export, spark, lake, tmp_path):
 def test_wrong_delimiter_names_file_columns_and_the_fix(cfg, export, spark, lake, tmp_path):
     path = tmp_path / "semi.csv"
     path.write_text(";".join(export.HEADER) + "\n" + ";".join(export.GOOD) + "\n")
+    comma = cfg.replace(ingest={"delimiter": ","})  # configured, not detected (the default, auto, reads it)
     with pytest.raises(InputError) as info:
-        ingest(lake, cfg.ingest, str(path))
+        ingest(lake, comma.ingest, str(path))
     msg = _one_line(info.value)
     assert msg.startswith(f"{path}: missing column(s) 'pod.id'")
     assert "--set ingest.delimiter=';'" in msg
     fixed = cfg.replace(ingest={"delimiter": ";"})
     assert ingest(lake, fixed.ingest, str(path)).inserted == 1
+    assert cfg.ingest.delimiter == "auto" and ingest(lake, cfg.ingest, str(path)).valid == 1
+
+
+def test_delimiter_key_is_typed(cfg):
+    from ai4dl.errors import ConfigError
+
+    assert cfg.replace(ingest={"delimiter": "\\t"}).ingest.delimiter == "\t"  # as typed in YAML or a shell
+    assert cfg.replace(ingest={"delimiter": "tab"}).ingest.delimiter == "\t"
+    with pytest.raises(ConfigError, match="ingest.delimiter: ';;' is not allowed: 'auto' or one character"):
+        cfg.replace(ingest={"delimiter": ";;"})
+
+
+def test_a_binary_or_utf16_file_is_one_line(cfg, export, spark, lake, tmp_path):
+    path = tmp_path / "utf16.csv"
+    path.write_text(",".join(export.HEADER) + "\n" + ",".join(export.GOOD) + "\n", encoding="utf-16")
+    with pytest.raises(InputError) as info:
+        ingest(lake, cfg.ingest, str(path))
+    assert _one_line(info.value) == f"{path}: not a UTF-8 text CSV (binary, or UTF-16 text?); " \
+        "save it as UTF-8 CSV, or pass --format parquet for a Parquet file"
+    assert not lake.exists("bronze")
 
 
 def test_missing_column_names_file_and_column(cfg, export, spark, lake, tmp_path):

@@ -209,3 +209,138 @@ def test_any_column_order_per_file_lands_like_one_file(cfg, dlaas_sample, spark,
     ingest(one, cfg.ingest, str(dlaas_sample))
     ingest(many, cfg.ingest, str(base / "folder"))
     assert _bronze_rows(many) == _bronze_rows(one)
+
+
+# --- every common CSV shape, made from the DLaaS sample, lands exactly like the plain sample ----------------
+
+
+@pytest.fixture(scope="module")
+def plain_bronze(spark, test_config, dlaas_sample, tmp_path_factory):
+    """Bronze's rows of the plain sample: what every reshaped copy of it must give."""
+    lake = Lake(spark, str(tmp_path_factory.mktemp("plain-shapes")))
+    ingest(lake, test_config.ingest, str(dlaas_sample))
+    return _bronze_rows(lake)
+
+
+def _sample_rows(dlaas_sample):
+    import csv as _csv
+
+    with open(dlaas_sample, newline="") as fh:
+        rows = list(_csv.reader(fh))
+    return rows[0], rows[1:]
+
+
+def _write(path, header, rows, **fmt):
+    import csv as _csv
+
+    with path.open("w", newline="", encoding=fmt.pop("encoding", "utf-8")) as fh:
+        w = _csv.writer(fh, **fmt)
+        if header is not None:
+            w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def _with_ts(header, rows, convert):
+    i = header.index("timestamp")
+    return [[convert(v) if j == i else v for j, v in enumerate(r)] for r in rows]
+
+
+def _iso(offset_hours):
+    from datetime import datetime, timedelta, timezone
+
+    tz = timezone(timedelta(hours=offset_hours))
+    return lambda v: datetime.fromtimestamp(int(v), tz).isoformat()
+
+
+def _shape_pandas_index(tmp, header, rows):  # pandas to_csv(index=True): ",timestamp,..." then "0,..."
+    return _write(tmp / "s.csv", ["", *header], [[str(i), *r] for i, r in enumerate(rows)])
+
+
+def _shape_vr_index(tmp, header, rows):  # the original sample-vr.csv: header one field short, index from 1
+    return _write(tmp / "s.csv", header, [[str(i + 1), *r] for i, r in enumerate(rows)])
+
+
+def _shape_crlf(tmp, header, rows):
+    return _write(tmp / "s.csv", header, rows, lineterminator="\r\n")
+
+
+def _shape_bom(tmp, header, rows):
+    return _write(tmp / "s.csv", header, rows, encoding="utf-8-sig")
+
+
+def _shape_all_quoted(tmp, header, rows):
+    import csv as _csv
+
+    return _write(tmp / "s.csv", header, rows, quoting=_csv.QUOTE_ALL)
+
+
+def _shape_unquoted(tmp, header, rows):
+    return _write(tmp / "s.csv", header, rows, quoting=__import__("csv").QUOTE_MINIMAL)
+
+
+def _shape_semicolon(tmp, header, rows):
+    return _write(tmp / "s.csv", header, rows, delimiter=";")
+
+
+def _shape_tab(tmp, header, rows):
+    return _write(tmp / "s.tsv", header, rows, delimiter="\t")
+
+
+def _shape_pipe(tmp, header, rows):
+    return _write(tmp / "s.csv", header, rows, delimiter="|")
+
+
+def _shape_gzip(tmp, header, rows):
+    import gzip
+
+    plain = _write(tmp / "plain.txt", header, rows)
+    (tmp / "s.csv.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    return tmp / "s.csv.gz"
+
+
+def _shape_epoch_millis(tmp, header, rows):
+    return _write(tmp / "s.csv", header, _with_ts(header, rows, lambda v: str(int(v) * 1000)))
+
+
+def _shape_epoch_float(tmp, header, rows):
+    return _write(tmp / "s.csv", header, _with_ts(header, rows, lambda v: f"{int(v)}.0"))
+
+
+def _shape_iso_utc(tmp, header, rows):
+    return _write(tmp / "s.csv", header, _with_ts(header, rows, lambda v: _iso(0)(v).replace("+00:00", "Z")))
+
+
+def _shape_iso_offsets(tmp, header, rows):  # the same instants written in two other time zones
+    half = len(rows) // 2
+    return _write(tmp / "s.csv", header, _with_ts(header, rows[:half], _iso(2)) + _with_ts(header, rows[half:], _iso(-5)))
+
+
+def _shape_iso_space(tmp, header, rows):  # "2019-08-16 13:30:20" (no T, no zone: UTC)
+    return _write(tmp / "s.csv", header, _with_ts(header, rows, lambda v: _iso(0)(v)[:19].replace("T", " ")))
+
+
+def _shape_everything(tmp, header, rows):  # BOM, CRLF, ';', a pandas index, ISO offsets, gzip at once
+    import gzip
+
+    plain = _write(tmp / "p.txt", ["", *header], [[str(i), *r] for i, r in enumerate(_with_ts(header, rows, _iso(1)))],
+                   delimiter=";", lineterminator="\r\n", encoding="utf-8-sig")
+    (tmp / "s.csv.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    return tmp / "s.csv.gz"
+
+
+SHAPES = {name[len("_shape_"):]: fn for name, fn in dict(globals()).items() if name.startswith("_shape_")}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_csv_shape_lands_like_the_plain_sample(shape, cfg, dlaas_sample, spark, plain_bronze, tmp_path):
+    header, rows = _sample_rows(dlaas_sample)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    path = SHAPES[shape](folder, header, rows)
+    lake = Lake(spark, str(tmp_path / "lake"))
+    result = ingest(lake, cfg.ingest, str(path))
+    assert (result.read, result.valid, result.quarantined) == (204, 204, 0), shape
+    assert _bronze_rows(lake) == plain_bronze, shape

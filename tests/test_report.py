@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -143,3 +144,82 @@ def test_write_report_missing_image(tmp_path):
     with pytest.warns(UserWarning):
         index = write_report(tmp_path, "r", None, [Section("only", images=[tmp_path / "gone.png"])])
     assert "image missing" in index.read_text()
+
+
+# --- the report in a real browser ---------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+# Injected into a copy of the page: records every failed load and console error, then every image's decoded
+# size, into a <pre> that --dump-dom prints once the page has loaded.
+PROBE = """<script>(function () {
+  var errors = [];
+  window.addEventListener("error", function (e) {
+    errors.push(String(e.message || (e.target && (e.target.src || e.target.href)) || "error").slice(0, 200));
+  }, true);
+  ["error", "warn"].forEach(function (level) {
+    var original = console[level];
+    console[level] = function () { errors.push(level + ": " + Array.prototype.join.call(arguments, " ")); original.apply(console, arguments); };
+  });
+  window.addEventListener("load", function () {
+    var images = Array.prototype.map.call(document.images, function (i) {
+      return {src: i.src.slice(0, 40), complete: i.complete, width: i.naturalWidth, height: i.naturalHeight};
+    });
+    var pre = document.createElement("pre");
+    pre.id = "ai4dl-probe";
+    pre.textContent = JSON.stringify({images: images, errors: errors});
+    document.body.appendChild(pre);
+  });
+})();</script>"""
+
+
+def open_in_chromium(page, workdir):
+    """Load ``page`` in headless Chromium: (what the probe saw, the browser's console lines)."""
+    import html
+    import json
+    import subprocess
+
+    probed = workdir / "probed.html"
+    text = page.read_text(encoding="utf-8")
+    assert "<head>" in text
+    probed.write_text(text.replace("<head>", "<head>" + PROBE, 1), encoding="utf-8")
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+           f"--user-data-dir={workdir / 'profile'}", "--enable-logging=stderr", "--v=0",
+           "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    found = re.search(r'<pre id="ai4dl-probe">(.*?)</pre>', done.stdout, re.S)
+    assert found, f"the page never finished loading: {done.stderr[-2000:]}"
+    console = [ln for ln in done.stderr.splitlines() if ":CONSOLE" in ln]
+    return json.loads(html.unescape(found.group(1))), console
+
+
+@pytest.mark.browser
+def test_report_in_a_real_browser(tmp_path, phases_pdf, summary_pdf):
+    """The page a user opens: every image decodes in Chromium, nothing is logged to the console, and the page
+    alone (moved away from its PNGs) still shows everything."""
+    import shutil
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (make system-deps, or apt-get install chromium)")
+    pngs = tmp_path / "pngs"
+    one = phases_pdf[phases_pdf["pod_id"] == "pod-a"]
+    images = [
+        plots.plot_trace_phases(one, pngs / "trace_phases.png"),
+        plots.plot_phase_boxplots(phases_pdf, pngs / "phase_boxplots.png"),
+        plots.plot_policy_curves(one, pngs / "policy_curves.png", PolicyParams(interval_steps=10)),
+        plots.plot_savings(summary_pdf, pngs / "savings.png"),
+    ]
+    index = write_report(tmp_path / "report", "ai4dl run report", {"lake": "data/lake", "labelled steps": 280},
+                         [Section("A container's life by phase", "CPU and memory.", images=images[:2]),
+                          Section("Policies", "Allocated vs used.", table=summary_pdf.round(4), images=images[2:])])
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(index, alone / "index.html")  # one self-contained file: nothing beside it is needed
+    page = (alone / "index.html").read_text(encoding="utf-8")
+    assert not re.findall(r'\bsrc="(?!data:)', page) and not re.findall(r'\bhref="(?!#)', page)
+    assert "<link" not in page and "url(" not in page
+
+    seen, console = open_in_chromium(alone / "index.html", tmp_path)
+    assert len(seen["images"]) == len(images)
+    for img in seen["images"]:
+        assert img["complete"] and img["width"] > 100 and img["height"] > 100, img
+    assert seen["errors"] == [] and console == [], (seen["errors"], console)

@@ -106,6 +106,42 @@ def test_expected_failures_are_one_line_and_exit_2(spark, cfg, capsys):
     assert len(err) == 1 and err[0].startswith("ai4dl policies: table 'phases' does not exist yet at ")
 
 
+def test_help_is_plain_text():
+    out = subprocess.run([sys.executable, "-m", "ai4dl.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: ai4dl [-h] COMMAND ...")
+    assert "``" not in out.stdout and "\x1b[" not in out.stdout  # no reST markup, no terminal colours
+    assert "ai4dl demo --input" in out.stdout and out.stderr == ""
+
+
+def test_every_stage_ends_with_one_summary_line(spark, cfg, dlaas_sample, capsys):
+    import re
+
+    code = main(["ingest", str(dlaas_sample), "--set", f"lake.root={cfg.lake.root}"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 0
+    bronze = re.escape(Lake(spark, cfg.lake.root).path("bronze"))
+    assert re.fullmatch(rf"ingest: 204 rows in, 204 out, 0 quarantined, \d+\.\ds -> {bronze} \(\+ quarantine\) \[run \S+\]", last), last
+    result = stages.window(cfg, spark)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == result.summary()
+    assert result.summary().startswith("window: 204 rows in, 204 out, ")
+
+
+def test_demo_input_honours_its_format(spark, cfg, dlaas_sample, tmp_path):
+    from ai4dl.traces.ingest import guess_format
+
+    src = spark.read.option("header", True).csv(str(dlaas_sample))
+    src.write.format("delta").save(str(tmp_path / "as-delta"))
+    src.write.parquet(str(tmp_path / "as-parquet"))
+    assert guess_format(spark, str(tmp_path / "as-delta")) == "delta"
+    assert guess_format(spark, str(tmp_path / "as-parquet")) == "parquet"
+    assert guess_format(spark, str(dlaas_sample)) == "csv"
+    from ai4dl.cli import _parser
+
+    args = _parser().parse_args(["demo", "--input", "x", "--format", "parquet"])
+    assert VERBS["demo"](args) == {"input": "x", "fmt": "parquet"}
+
+
 def test_anything_else_keeps_its_traceback(spark, cfg, monkeypatch):
     def broken(cfg, spark=None, **options):
         raise KeyError("a bug, not a user error")
@@ -267,3 +303,37 @@ def test_run_chains_stages_in_the_session_it_finds(spark, cfg):
     assert [j for i, j in enumerate(jobs) if j not in jobs[:i]] == ["generate", "ingest", "window"]
     with pytest.raises(SystemExit):
         main(["run", "refine"])  # needs --phase: refused by the parser, run alone
+
+
+# --- a quiet start: Delta's JARs resolved once, then passed as files ----------------------------------------
+
+
+def test_delta_jars_come_from_the_recorded_classpath_without_ivy(spark, test_config, monkeypatch, capsys):
+    from ai4dl.lake import session
+
+    jars = session.delta_jars(test_config.spark.ivy_cache)  # resolved (once) when the test session started
+    assert any(Path(j).name.startswith("delta-spark_") for j in jars) and all(Path(j).is_file() for j in jars)
+    assert set(jars) <= set(spark.sparkContext.getConf().get("spark.jars").split(","))
+
+    def no_ivy(*args, **kwargs):
+        raise AssertionError("Ivy ran although the classpath is recorded")
+
+    monkeypatch.setattr(session.subprocess, "run", no_ivy)
+    assert session.delta_jars(test_config.spark.ivy_cache) == jars
+    assert capsys.readouterr().out == ""  # a later start prints nothing
+
+
+def test_an_unreachable_maven_central_is_one_line(tmp_path, monkeypatch, capsys):
+    from ai4dl.errors import SparkSetupError
+    from ai4dl.lake import session
+
+    noisy = "\n".join([":: problems summary ::", *["WARN host not found: repo1.maven.org"] * 50,
+                       "module not found: io.delta#delta-spark_4.1_2.13;4.3.1"])
+    monkeypatch.setattr(session.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a[0], 1, stdout=noisy, stderr=""))
+    with pytest.raises(SparkSetupError) as info:
+        session.delta_jars(tmp_path / "ivy")
+    assert "\n" not in str(info.value) and "module not found: io.delta" in str(info.value)
+    assert "repo1.maven.org" in str(info.value)
+    assert len(capsys.readouterr().out.strip().splitlines()) == 1  # the one 'fetching' line, no resolver noise
+    assert "central" in (tmp_path / "ivy" / session.IVY_SETTINGS_NAME).read_text()

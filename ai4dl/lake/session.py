@@ -2,13 +2,21 @@
 
 On Databricks (or any host that already started Spark) the active session is reused untouched: its cluster
 owns master, JARs and memory, and a job must not fight it.
+
+Delta's JARs: Spark's own ``spark.jars.packages`` resolves them with Ivy at every start, printing some 140
+lines (more, with "host not found" and proxy warnings, when a default repository is unreachable) and spending
+seconds on network checks even when everything is cached. Instead :func:`delta_jars` resolves them once, with
+Ivy from Maven Central only and its output captured, into ``spark.ivy_cache``, and records the resulting
+classpath there; every later start passes those files as ``spark.jars``: no resolver, no network, no output.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
@@ -20,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 
 
 def build_spark_conf(cfg: "Config") -> dict[str, str]:
@@ -38,6 +47,8 @@ def build_spark_conf(cfg: "Config") -> dict[str, str]:
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         "spark.sql.warehouse.dir": join_path(cfg.lake.root, "_warehouse"),
     }
+    # Warnings and errors only, from the first line on (setLogLevel comes after the start-up chatter).
+    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}"
     if s.ivy_cache:
         conf["spark.jars.ivy"] = str(Path(s.ivy_cache).absolute())
     conf.update({k: str(v) for k, v in (s.conf or {}).items()})
@@ -69,13 +80,110 @@ def get_spark(cfg: "Config") -> SparkSession:
     builder = SparkSession.builder.appName(cfg.spark.app_name)
     if not (submitted and SparkConf().contains("spark.master")):
         builder = builder.master(cfg.spark.master)
-    for key, value in build_spark_conf(cfg).items():
+    conf = build_spark_conf(cfg)
+    resolved = bool(cfg.spark.ivy_cache) and not submitted
+    if resolved:
+        jars = delta_jars(cfg.spark.ivy_cache)
+        conf["spark.jars"] = ",".join([*filter(None, conf.get("spark.jars", "").split(",")), *jars])
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    if not resolved:  # no cache to resolve into (or spark-submit's own --packages): Spark's Ivy, as before
+        builder = configure_spark_with_delta_pip(builder)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if submitted:
         _require_delta(spark)
     return spark
+
+
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
+IVY_SETTINGS_NAME = "ai4dl-ivysettings.xml"
+# The chain is named as Spark's own, so JARs Spark's --packages cached earlier are found offline.
+IVY_SETTINGS = f"""<ivysettings>
+  <settings defaultResolver="spark-list"/>
+  <resolvers>
+    <chain name="spark-list">
+      <ibiblio name="central" m2compatible="true" root="{MAVEN_CENTRAL}"/>
+    </chain>
+  </resolvers>
+</ivysettings>
+"""
+
+
+def delta_coordinates() -> tuple[str, str, str]:
+    """(organisation, artifact, version) of the Delta JAR matching the installed pyspark and delta-spark."""
+    import pyspark
+
+    minor = ".".join(pyspark.__version__.split(".")[:2])
+    return "io.delta", f"delta-spark_{minor}_2.13", _delta_version()
+
+
+def delta_jars(ivy_cache: str | Path, log: Any = print) -> list[str]:
+    """Local paths of the Delta JARs and their dependencies, resolved once into ``ivy_cache``.
+
+    The classpath is recorded in ``ivy_cache/ai4dl-<artifact>-<version>.classpath``; while every file it lists
+    exists, nothing is resolved and nothing is printed. Otherwise Ivy (the JAR pyspark ships) runs in a child
+    JVM with Maven Central as its only repository, the Scala library and Spark excluded as Spark's
+    ``--packages`` excludes them; its output is captured, and one line says what is happening. A failure is a
+    :class:`SparkSetupError` of one line with Ivy's last error.
+    """
+    cache = Path(ivy_cache).absolute()
+    org, artifact, version = delta_coordinates()
+    manifest = cache / f"ai4dl-{artifact}-{version}.classpath"
+    if manifest.exists():
+        jars = [j for j in manifest.read_text().split(os.pathsep) if j.strip()]
+        if jars and all(Path(j).is_file() for j in jars):
+            return jars
+    log(f"ai4dl: fetching Delta Lake {version} JARs from Maven Central into {cache} (once; later runs are offline)")
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / IVY_SETTINGS_NAME).write_text(IVY_SETTINGS)
+    module = f"""<ivy-module version="2.0">
+  <info organisation="ai4dl" module="delta-jars"/>
+  <dependencies>
+    <dependency org="{org}" name="{artifact}" rev="{version}" conf="default->default(runtime)"/>
+    <exclude org="org.scala-lang" module="scala-library"/>
+    <exclude org="org.apache.spark"/>
+  </dependencies>
+</ivy-module>
+"""
+    with tempfile.TemporaryDirectory(prefix="ai4dl-ivy-") as tmp:
+        ivy_xml, classpath = Path(tmp) / "ivy.xml", Path(tmp) / "classpath"
+        ivy_xml.write_text(module)
+        cmd = [
+            _java(), f"-Divy.default.ivy.user.dir={cache}", "-cp", _ivy_jar(), "org.apache.ivy.Main",
+            "-settings", str(cache / IVY_SETTINGS_NAME), "-cache", str(cache / "cache"), "-ivy", str(ivy_xml),
+            "-confs", "default", "-cachepath", str(classpath), "-warn",
+        ]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SparkSetupError(f"cannot run Ivy to fetch the Delta Lake JARs: {exc}") from None
+        jars = [j for j in (classpath.read_text().strip().split(os.pathsep) if classpath.exists() else []) if j]
+        if done.returncode != 0 or not jars or not all(Path(j).is_file() for j in jars):
+            errors = [ln.strip() for ln in (done.stdout + done.stderr).splitlines() if ln.strip() and not ln.startswith("::")]
+            last = errors[-1] if errors else f"exit status {done.returncode}"
+            raise SparkSetupError(
+                f"could not fetch {org}:{artifact}:{version} from Maven Central into {cache} ({last}); "
+                "check network access to repo1.maven.org (a proxy: JAVA_TOOL_OPTIONS=-Dhttps.proxyHost=...)"
+            )
+    tmp_manifest = manifest.with_suffix(f".tmp{os.getpid()}")
+    tmp_manifest.write_text(os.pathsep.join(jars))
+    os.replace(tmp_manifest, manifest)
+    return jars
+
+
+def _ivy_jar() -> str:
+    import pyspark
+
+    found = sorted((Path(pyspark.__file__).parent / "jars").glob("ivy-*.jar"))
+    if not found:
+        raise SparkSetupError("pyspark ships no Ivy JAR (pyspark/jars/ivy-*.jar): reinstall pyspark")
+    return str(found[-1])
+
+
+def _java() -> str:
+    home = os.environ.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home else "java"
 
 
 def _require_delta(spark: SparkSession) -> None:

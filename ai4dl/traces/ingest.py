@@ -8,10 +8,16 @@ Timestamps: a number is epoch seconds, or epoch milliseconds when it is at least
 year 5138); anything else is parsed as an ISO-8601 / ``yyyy-MM-dd HH:mm:ss`` string in UTC. A number outside
 years 1-9999 (or NaN/inf) is ``unparseable_timestamp``, never an overflow error of the whole job.
 
+CSV shapes: each file is described by its own first two lines (:func:`describe_csv`) before Spark reads the
+rows, so one folder may mix them: a delimiter among ``,`` ``;`` tab ``|`` (detected per file when
+``ingest.delimiter`` is ``auto``, the default), a leading unnamed index column (pandas ``to_csv``), a UTF-8
+byte-order mark, CRLF line ends, quoted or unquoted fields, any column order, ``.gz``/``.bz2`` compression.
+None of these may cost a valid row its place in bronze.
+
 Inputs that cannot be read at all are an :class:`InputError` of one line naming the file: a missing path, an
-empty file (no header), a header lacking required columns (with a hint when the file looks delimited by another
-character than ``ingest.delimiter``). A header-only file ingests 0 rows. Extra columns are ignored (kept in
-quarantine's raw JSON); a blank service becomes ``unknown``.
+empty file (no header), a binary or UTF-16 file, a header lacking required columns (with a hint when the file
+looks delimited by another character than the configured ``ingest.delimiter``). A header-only file ingests 0
+rows. Extra columns are ignored (kept in quarantine's raw JSON); a blank service becomes ``unknown``.
 
 Duplicates: rows sharing ``(pod_id, ts)`` inside one input keep the row with the smallest content hash
 (independent of file order and partitioning); the others are quarantined as ``duplicate_key``. Against rows
@@ -94,12 +100,13 @@ CORRUPT_COLUMN = "_corrupt_record"  # the whole line of a row whose field count 
 
 @dataclass(frozen=True)
 class CsvFile:
-    """One CSV file as its own header describes it: the columns by position, and whether a leading unnamed
-    index column (data rows one field longer than the header) precedes them."""
+    """One CSV file as its own header describes it: the columns by position, whether a leading unnamed
+    index column (data rows one field longer than the header) precedes them, and its delimiter."""
 
     path: str
     columns: tuple[str, ...]
     index_column: bool = False
+    delimiter: str = ","
 
     @property
     def schema_columns(self) -> tuple[str, ...]:
@@ -144,7 +151,11 @@ def list_files(spark: SparkSession, path: str) -> list[str]:
 
 
 def _first_lines(spark: SparkSession, path: str, n: int = 2) -> list[str]:
-    """The first ``n`` lines of a (possibly compressed) file, decoded as UTF-8 without a byte-order mark."""
+    """The first ``n`` lines of a (possibly compressed) file, decoded as UTF-8 without a byte-order mark.
+
+    Only these lines are read (through Hadoop's codecs, so ``.gz``/``.bz2`` work), never the whole file: the
+    shape of a large export is known before Spark reads it.
+    """
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     hpath = jvm.org.apache.hadoop.fs.Path(path)
@@ -164,20 +175,53 @@ def _first_lines(spark: SparkSession, path: str, n: int = 2) -> list[str]:
         reader.close()
     if lines:
         lines[0] = lines[0].lstrip("\ufeff")
+    if any("\x00" in line for line in lines):
+        # UTF-16 text has a NUL beside every ASCII character; Parquet, zip and xlsx files have them too.
+        raise InputError(
+            f"{display_path(path)}: not a UTF-8 text CSV (binary, or UTF-16 text?); "
+            "save it as UTF-8 CSV, or pass --format parquet for a Parquet file"
+        )
     return lines
 
 
-def describe_csv(spark: SparkSession, path: str, delimiter: str) -> CsvFile | None:
+def sniff_delimiter(header: str, row: str | None = None) -> str:
+    """The delimiter of a CSV file from its header line (and first data row), for ``ingest.delimiter: auto``.
+
+    The candidate (``,`` ``;`` tab ``|``) that splits the header into the most fields wins, among those that
+    split the first row into as many fields or one more (a pandas index); ``,`` when none splits anything.
+    Quotes are respected, so a ``;`` inside a quoted column name does not count.
+
+    >>> sniff_delimiter("timestamp;pod.id;cpu", "1;a;0,5")
+    ';'
+    >>> sniff_delimiter('"a;b",c,d', "1,2,3")
+    ','
+    >>> sniff_delimiter("ts|pod", "0|1|a")
+    '|'
+    """
+    best, most = ",", 1
+    for d in DELIMITERS:
+        n = len(_split_line(header, d))
+        if row is not None and row.strip() and len(_split_line(row, d)) not in (n, n + 1):
+            continue
+        if n > most or (n == most and n > 1 and d == ","):
+            best, most = d, n
+    return best
+
+
+def describe_csv(spark: SparkSession, path: str, delimiter: str = "auto") -> CsvFile | None:
     """How one file's rows are laid out, from its header and first data row; None for an empty file.
 
-    A header one field shorter than its rows whose first field is blank-named is a pandas index without a
-    label (the original AI4DL ``sample-vr.csv``): the extra leading column is the index. Any other mismatch, a
-    duplicated column name or an unnamed column is an :class:`InputError` naming the file.
+    ``delimiter`` ``"auto"`` detects it per file (:func:`sniff_delimiter`). A header one field shorter than its
+    rows is an index without a label (the original AI4DL ``sample-vr.csv``), a header whose first name is
+    empty a pandas ``to_csv`` index: the extra leading column is the index. Any other mismatch, a duplicated
+    column name or an unnamed column is an :class:`InputError` naming the file.
     """
     lines = _first_lines(spark, path)
     where = display_path(path)
     if not lines or not lines[0].strip():
         return None
+    if delimiter == "auto":
+        delimiter = sniff_delimiter(lines[0], lines[1] if len(lines) > 1 else None)
     header = [c.strip() for c in _split_line(lines[0], delimiter)]
     index = False
     if len(lines) > 1 and lines[1].strip():
@@ -196,31 +240,32 @@ def describe_csv(spark: SparkSession, path: str, delimiter: str) -> CsvFile | No
         raise InputError(f"{where}: column(s) {', '.join(repr(c) for c in dupes)} appear more than once in the header")
     if "" in header:
         raise InputError(f"{where}: the header has an unnamed column at position {header.index('') + 1}")
-    return CsvFile(path, tuple(header), index)
+    return CsvFile(path, tuple(header), index, delimiter)
 
 
-def read_csv_by_header(spark: SparkSession, path: str, delimiter: str = ",") -> tuple[DataFrame | None, list[CsvFile]]:
+def read_csv_by_header(spark: SparkSession, path: str, delimiter: str = "auto") -> tuple[DataFrame | None, list[CsvFile]]:
     """Every file read by its own header, then the files united by column name.
 
     Spark's CSV reader takes one header for a whole folder and reads the other files by position, so a file
     with its columns in another order would silently land in the wrong columns. Here the files are grouped
-    by identical header and each group is read with that header as an explicit all-string schema; groups are
-    united by name (a column a file lacks is null there). A row whose field count differs from its header
-    keeps its whole line in ``_corrupt_record``.
+    by identical header and delimiter and each group is read with that header as an explicit all-string
+    schema; groups are united by name (a column a file lacks is null there). A row whose field count differs
+    from its header keeps its whole line in ``_corrupt_record``. Only each file's first two lines are read
+    here; the rows themselves are read by Spark.
     """
     files = list_files(spark, path)
     if not files:
         raise InputError(f"{path}: no such input")
     described = [d for d in (describe_csv(spark, f, delimiter) for f in files) if d is not None]
-    groups: dict[tuple[str, ...], list[str]] = {}
+    groups: dict[tuple[tuple[str, ...], str], list[str]] = {}
     for d in described:
-        groups.setdefault(d.schema_columns, []).append(d.path)
+        groups.setdefault((d.schema_columns, d.delimiter), []).append(d.path)
     frames = []
-    for columns, paths in groups.items():
+    for (columns, sep), paths in groups.items():
         schema = T.StructType([T.StructField(c, T.StringType(), True) for c in (*columns, CORRUPT_COLUMN)])
         reader = (
             spark.read.schema(schema).option("header", "true").option("enforceSchema", "true")
-            .option("delimiter", delimiter).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+            .option("delimiter", sep).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
         )
         frames.append(reader.csv(paths).withColumn("source_file", F.col("_metadata.file_path")))
     if not frames:
@@ -231,7 +276,21 @@ def read_csv_by_header(spark: SparkSession, path: str, delimiter: str = ",") -> 
     return df, described
 
 
-def read_source(spark: SparkSession, path: str, fmt: str = "csv", delimiter: str = ",") -> DataFrame:
+def guess_format(spark: SparkSession, path: str, default: str = "csv") -> str:
+    """``delta`` for a folder holding ``_delta_log``, ``parquet`` when every file is ``.parquet``, else
+    ``default``: what ``ai4dl demo --input PATH`` reads without ``--format``."""
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if fs.exists(jvm.org.apache.hadoop.fs.Path(hpath, "_delta_log")):
+        return "delta"
+    files = list_files(spark, path)
+    if files and all(f.endswith(".parquet") for f in files):
+        return "parquet"
+    return default
+
+
+def read_source(spark: SparkSession, path: str, fmt: str = "csv", delimiter: str = "auto") -> DataFrame:
     """Read an export as it is: CSV columns stay strings so a bad number is seen, not nulled by inference."""
     if fmt == "csv":
         df, _ = read_csv_by_header(spark, path, delimiter)
@@ -254,7 +313,10 @@ def _delimiter_hint(columns: list[str], delimiter: str) -> str:
     for d in DELIMITERS:
         if d != delimiter and d in columns[0]:
             shown = "\\t" if d == "\t" else d
-            return f"; the header looks '{shown}'-delimited, not '{delimiter}': rerun with --set ingest.delimiter='{shown}'"
+            return (
+                f"; the header looks '{shown}'-delimited, not '{delimiter}': rerun with --set ingest.delimiter='{shown}'"
+                " (or ingest.delimiter=auto)"
+            )
     return ""
 
 
@@ -432,7 +494,7 @@ def ingest(lake: Lake, settings: IngestConfig, path: str | None = None, fmt: str
         if fmt == "csv":  # each file by its own header, each checked for the required columns by name
             source, files = read_csv_by_header(spark, path, settings.delimiter)
             for f in files:
-                check_columns(list(f.columns), mapping, display_path(f.path), settings.delimiter)
+                check_columns(list(f.columns), mapping, display_path(f.path), f.delimiter)
             if source is None:
                 raise InputError(f"{path}: empty input (no header)")
         else:
