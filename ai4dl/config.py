@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import datetime
 import hashlib
 import json
 import types
@@ -78,11 +79,47 @@ class LakeConfig:
 @dataclass(frozen=True)
 class IngestConfig:
     input: str | None = None
-    format: str = _key("csv", choices=("csv", "parquet", "delta"))
+    format: str = _key("csv", choices=("csv", "parquet", "delta", "prometheus"))  # prometheus: see that section
     delimiter: str = ","
     columns: Mapping[str, str] = _key(factory=dict)  # source column -> lake column, for exports with other names
     # A usage above limit x this factor is a broken sample, not a burst.
     max_usage_factor: float = _key(10.0, lo=0, lo_open=True)
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """Ingest from a Prometheus server's cAdvisor series (``ai4dl ingest --from prometheus URL``); see
+    :mod:`ai4dl.traces.prometheus` for the mapping to the export's columns."""
+
+    url: str | None = None
+    start: str | None = None  # epoch seconds, ISO-8601 or now-6h
+    end: str = "now"
+    step: str = "10s"  # one bronze row per container and step
+    selector: str = 'container!="",container!="POD",image!=""'  # PromQL label matchers of the cAdvisor series
+    service_label: str = "namespace"  # the label that becomes ``service``
+    rate_range: str = "5m"  # irate's range: must hold two scrapes
+    # Points per series in one range query: Prometheus refuses more than 11,000, longer ranges are split.
+    max_points: int = _key(11_000, lo=1, hi=11_000)
+    retries: int = _key(3, lo=0)  # on 5xx answers and connection errors
+    backoff_seconds: float = _key(1.0, lo=0)  # doubled after each retry
+    timeout_seconds: float = _key(30.0, lo=0, lo_open=True)
+
+    def __post_init__(self) -> None:
+        from ai4dl.errors import InputError
+        from ai4dl.traces.prometheus import parse_duration, parse_time
+
+        for key in ("step", "rate_range"):
+            try:
+                parse_duration(getattr(self, key))
+            except InputError:
+                raise ConfigError(f"prometheus.{key}: {getattr(self, key)!r} is not allowed: a duration such as 10s, 1m, 500ms") from None
+        for key in ("start", "end"):
+            value = getattr(self, key)
+            if value is not None:
+                try:
+                    parse_time(value)
+                except InputError:
+                    raise ConfigError(f"prometheus.{key}: {value!r} is not allowed: epoch seconds, ISO-8601 or now-6h") from None
 
 
 @dataclass(frozen=True)
@@ -209,6 +246,7 @@ class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     window: WindowConfig = field(default_factory=WindowConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -294,6 +332,8 @@ def _coerce(section: str, f: dataclasses.Field, hint: Any, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad()
         out = float(value)
+    elif kind is str and isinstance(value, datetime.date):  # YAML reads an unquoted ISO time as a datetime
+        out = value.isoformat()
     elif kind is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise bad()
@@ -401,5 +441,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 __all__ = [
     "BehaviourConfig", "Config", "ConfigError", "GenerateConfig", "IngestConfig", "LabelConfig", "LakeConfig",
-    "PoliciesConfig", "ReportConfig", "SparkConfig", "TrainConfig", "WindowConfig", "from_dict", "load_config",
+    "PoliciesConfig", "PrometheusConfig", "ReportConfig", "SparkConfig", "TrainConfig", "WindowConfig", "from_dict", "load_config",
 ]

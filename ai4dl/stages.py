@@ -135,10 +135,16 @@ def default_generated_path(cfg: Config) -> str:
 
 @stage("ingest")
 def ingest(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = None) -> _Output:
-    """Traces (file, folder or glob) -> bronze; bad rows -> quarantine with a reason. Reruns change nothing."""
+    """Traces (file, folder or glob, or a Prometheus server's range) -> bronze; bad rows -> quarantine with a
+    reason. Reruns change nothing."""
     from ai4dl.traces.ingest import ingest as ingest_traces
 
-    result = ingest_traces(lake, cfg.ingest, input, fmt)
+    if (fmt or cfg.ingest.format) == "prometheus":
+        from ai4dl.traces.prometheus import ingest_prometheus
+
+        result = ingest_prometheus(lake, cfg.ingest, cfg.prometheus, input or cfg.ingest.input)
+    else:
+        result = ingest_traces(lake, cfg.ingest, input, fmt)
     print(f"ingest: {result.summary()}")
     return _Output(
         {"bronze": result.inserted, "quarantine": result.quarantined},
