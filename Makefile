@@ -5,7 +5,11 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.ai4dl-installed
 CONF   ?= conf/local.yaml
 
-.PHONY: install demo test reference bench clean
+.PHONY: install system-deps demo test reference bench clean
+
+# Debian packages the tests need (prometheus: a real server for the Prometheus ingest test, with promtool).
+# Installed only when missing and only as root; otherwise the tests that need them skip and say why.
+SYSTEM_PACKAGES = prometheus
 
 # The venv is made once; torch (large) is downloaded only when pyproject.toml changes or the venv is new.
 $(STAMP): pyproject.toml
@@ -14,7 +18,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else echo "not installed:$$missing (needs root and apt-get; the tests using them will skip)"; fi
+
+install: system-deps $(STAMP)
 
 demo: install
 	$(BIN)/ai4dl demo --conf $(CONF)
