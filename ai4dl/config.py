@@ -242,6 +242,15 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
+class MlflowConfig:
+    """MLflow tracking of ``train`` (see :mod:`ai4dl.tracking`); needs ``pip install 'ai4dl[mlflow]'``."""
+
+    enabled: bool = False
+    tracking_uri: str | None = None  # default: the local folder <lake.root>/_mlflow
+    experiment: str = "ai4dl"
+
+
+@dataclass(frozen=True)
 class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
@@ -254,6 +263,7 @@ class Config:
     behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
     policies: PoliciesConfig = field(default_factory=PoliciesConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (YAML/JSON-ready): what :func:`from_dict` reads back."""
@@ -440,6 +450,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 __all__ = [
-    "BehaviourConfig", "Config", "ConfigError", "GenerateConfig", "IngestConfig", "LabelConfig", "LakeConfig",
+    "BehaviourConfig", "Config", "ConfigError", "GenerateConfig", "IngestConfig", "LabelConfig", "LakeConfig", "MlflowConfig",
     "PoliciesConfig", "PrometheusConfig", "ReportConfig", "SparkConfig", "TrainConfig", "WindowConfig", "from_dict", "load_config",
 ]
