@@ -5,10 +5,12 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.ai4dl-installed
 CONF   ?= conf/local.yaml
 
-# Debian packages the tests use (chromium: the report opened in a real browser). One package per line, so
-# branches adding packages merge cleanly; installed only when missing and when we may (root with apt-get).
+# Debian packages the tests use (chromium: the report opened in a real browser; prometheus: a real server for
+# the Prometheus ingest test, with promtool). One package per line, so branches adding packages merge cleanly;
+# installed only when missing and when we may (root with apt-get); otherwise those tests skip and say why.
 SYSTEM_PACKAGES = \
-	chromium
+	chromium \
+	prometheus
 
 .PHONY: install system-deps demo test reference bench clean
 
@@ -19,22 +21,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
-
 system-deps:
-	@missing=$$(for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing $$missing (apt-get)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	else \
-		echo "not installed: $$missing (needs root and apt-get); the tests that need it are skipped"; \
-	fi
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else echo "not installed:$$missing (needs root and apt-get; the tests using them will skip)"; fi
+
+install: system-deps $(STAMP)
 
 demo: install
 	$(BIN)/ai4dl demo --conf $(CONF)
 
-test: install system-deps
+test: install
 	$(BIN)/python -m pytest
 
 # The DLaaS sample labelled with the original AI4DL model (needs ../shared beside the project).

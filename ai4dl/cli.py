@@ -9,6 +9,7 @@ print one line and exit 2; anything else is a bug and shows its traceback (exit 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, Callable, Sequence
 
@@ -33,8 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--format", default="csv", choices=["csv", "parquet", "delta"])
 
     i = sub.add_parser("ingest", parents=[common], help="ingest traces into bronze (bad rows to quarantine)")
-    i.add_argument("input", nargs="?", help="file, folder or glob (default: ingest.input)")
-    i.add_argument("--format", choices=["csv", "parquet", "delta"])
+    i.add_argument("input", nargs="?", help="file, folder or glob, or a Prometheus URL (default: ingest.input)")
+    i.add_argument("--format", "--from", dest="format", choices=["csv", "parquet", "delta", "prometheus"],
+                   help="input format; --from prometheus URL reads a Prometheus server's cAdvisor series")
+    i.add_argument("--start", help="Prometheus: start of the range (epoch seconds, ISO-8601, now-6h)")
+    i.add_argument("--end", help="Prometheus: end of the range (default now)")
+    i.add_argument("--step", help="Prometheus: query step, one row per container and step (default 10s)")
 
     w = sub.add_parser("window", parents=[common], help="scale and window bronze into silver")
     w.add_argument("--scaler-from-model", help="use this model's scaler instead of fitting one")
@@ -142,6 +147,10 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         value = getattr(args, flag, None)
         if value is not None:
             out.append(f"generate.{flag}={value}")
+    for flag in ("start", "end", "step"):
+        value = getattr(args, flag, None)
+        if value is not None:  # quoted: a time stays a string, not a YAML timestamp or number
+            out.append(f"prometheus.{flag}={json.dumps(value)}")
     return out
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import datetime
 import hashlib
 import json
 import types
@@ -78,7 +79,7 @@ class LakeConfig:
 @dataclass(frozen=True)
 class IngestConfig:
     input: str | None = None
-    format: str = _key("csv", choices=("csv", "parquet", "delta"))
+    format: str = _key("csv", choices=("csv", "parquet", "delta", "prometheus"))  # prometheus: see that section
     # "auto": each file's own delimiter, detected from its header (",", ";", tab or "|"); or one character.
     delimiter: str = "auto"
     columns: Mapping[str, str] = _key(factory=dict)  # source column -> lake column, for exports with other names
@@ -93,6 +94,42 @@ class IngestConfig:
                 f"ingest.delimiter: {self.delimiter!r} is not allowed: 'auto' or one character (e.g. ',', ';', '\\t', '|')"
             )
         object.__setattr__(self, "delimiter", delimiter)
+
+
+@dataclass(frozen=True)
+class PrometheusConfig:
+    """Ingest from a Prometheus server's cAdvisor series (``ai4dl ingest --from prometheus URL``); see
+    :mod:`ai4dl.traces.prometheus` for the mapping to the export's columns."""
+
+    url: str | None = None
+    start: str | None = None  # epoch seconds, ISO-8601 or now-6h
+    end: str = "now"
+    step: str = "10s"  # one bronze row per container and step
+    selector: str = 'container!="",container!="POD",image!=""'  # PromQL label matchers of the cAdvisor series
+    service_label: str = "namespace"  # the label that becomes ``service``
+    rate_range: str = "5m"  # irate's range: must hold two scrapes
+    # Points per series in one range query: Prometheus refuses more than 11,000, longer ranges are split.
+    max_points: int = _key(11_000, lo=1, hi=11_000)
+    retries: int = _key(3, lo=0)  # on 5xx answers and connection errors
+    backoff_seconds: float = _key(1.0, lo=0)  # doubled after each retry
+    timeout_seconds: float = _key(30.0, lo=0, lo_open=True)
+
+    def __post_init__(self) -> None:
+        from ai4dl.errors import InputError
+        from ai4dl.traces.prometheus import parse_duration, parse_time
+
+        for key in ("step", "rate_range"):
+            try:
+                parse_duration(getattr(self, key))
+            except InputError:
+                raise ConfigError(f"prometheus.{key}: {getattr(self, key)!r} is not allowed: a duration such as 10s, 1m, 500ms") from None
+        for key in ("start", "end"):
+            value = getattr(self, key)
+            if value is not None:
+                try:
+                    parse_time(value)
+                except InputError:
+                    raise ConfigError(f"prometheus.{key}: {value!r} is not allowed: epoch seconds, ISO-8601 or now-6h") from None
 
 
 @dataclass(frozen=True)
@@ -215,10 +252,20 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
+class MlflowConfig:
+    """MLflow tracking of ``train`` (see :mod:`ai4dl.tracking`); needs ``pip install 'ai4dl[mlflow]'``."""
+
+    enabled: bool = False
+    tracking_uri: str | None = None  # default: the local folder <lake.root>/_mlflow
+    experiment: str = "ai4dl"
+
+
+@dataclass(frozen=True)
 class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     lake: LakeConfig = field(default_factory=LakeConfig)
     ingest: IngestConfig = field(default_factory=IngestConfig)
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     window: WindowConfig = field(default_factory=WindowConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -226,6 +273,7 @@ class Config:
     behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
     policies: PoliciesConfig = field(default_factory=PoliciesConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (YAML/JSON-ready): what :func:`from_dict` reads back."""
@@ -304,6 +352,8 @@ def _coerce(section: str, f: dataclasses.Field, hint: Any, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad()
         out = float(value)
+    elif kind is str and isinstance(value, datetime.date):  # YAML reads an unquoted ISO time as a datetime
+        out = value.isoformat()
     elif kind is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise bad()
@@ -410,6 +460,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 __all__ = [
-    "BehaviourConfig", "Config", "ConfigError", "GenerateConfig", "IngestConfig", "LabelConfig", "LakeConfig",
-    "PoliciesConfig", "ReportConfig", "SparkConfig", "TrainConfig", "WindowConfig", "from_dict", "load_config",
+    "BehaviourConfig", "Config", "ConfigError", "GenerateConfig", "IngestConfig", "LabelConfig", "LakeConfig", "MlflowConfig",
+    "PoliciesConfig", "PrometheusConfig", "ReportConfig", "SparkConfig", "TrainConfig", "WindowConfig", "from_dict", "load_config",
 ]

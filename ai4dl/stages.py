@@ -196,10 +196,16 @@ def default_generated_path(cfg: Config) -> str:
 
 @stage("ingest")
 def ingest(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = None) -> _Output:
-    """Traces (file, folder or glob) -> bronze; bad rows -> quarantine with a reason. Reruns change nothing."""
+    """Traces (file, folder or glob, or a Prometheus server's range) -> bronze; bad rows -> quarantine with a
+    reason. Reruns change nothing."""
     from ai4dl.traces.ingest import ingest as ingest_traces
 
-    result = ingest_traces(lake, cfg.ingest, input, fmt)
+    if (fmt or cfg.ingest.format) == "prometheus":
+        from ai4dl.traces.prometheus import ingest_prometheus
+
+        result = ingest_prometheus(lake, cfg.ingest, cfg.prometheus, input or cfg.ingest.input)
+    else:
+        result = ingest_traces(lake, cfg.ingest, input, fmt)
     print(f"ingest: {result.summary()}")
     return _Output(
         {"bronze": result.inserted, "quarantine": result.quarantined},
@@ -253,7 +259,13 @@ def train(cfg: Config, lake: Any) -> _Output:
     """Silver -> a new model version (CRBM + k-means) under ``lake.models``, scored on held-out containers."""
     from ai4dl.method.model import save_version
     from ai4dl.method.training import PhaseEstimator, score
+    from ai4dl.reporting.plots import plot_training
 
+    if cfg.mlflow.enabled:  # before training: a missing MLflow is one line now, not after the CRBM
+        from ai4dl.tracking import require_mlflow, tracking_uri
+
+        require_mlflow()
+        tracking_uri(cfg)
     silver, scaler, n_history = _silver(lake)
     estimator = PhaseEstimator(cfg.train, cfg.window.split)
     model = estimator.fit(silver, scaler, n_history)
@@ -271,10 +283,18 @@ def train(cfg: Config, lake: Any) -> _Output:
     }
     if "k_report" in model.info:
         report["k_report"] = model.info["k_report"]
-    _save_json(Path(cfg.report.dir) / "train_report.json", report)
+    report_json = Path(cfg.report.dir) / "train_report.json"
+    _save_json(report_json, report)
+    curve = plot_training(crbm["epoch_errors"], model.info.get("k_report"), Path(cfg.report.dir) / "train_curve.png")
+    details: dict[str, Any] = {"model": model, "path": path, "report": report}
+    if cfg.mlflow.enabled:
+        from ai4dl.tracking import log_training
+
+        logged = log_training(cfg, model, path, report, [report_json, curve])
+        print(f"train: logged to MLflow run {logged['run_id']} ({logged['tracking_uri']}), model {logged['model_uri']}")
+        details["mlflow"] = logged
     # A model version is a directory, not a Delta table: logged by path, rows = the CRBM's sampled windows.
-    return _Output({path: report["crbm_windows"]}, details={"model": model, "path": path, "report": report},
-                   rows_in=lake.count("silver"))
+    return _Output({path: report["crbm_windows"]}, details=details, rows_in=lake.count("silver"))
 
 
 @stage("refine", writes=("models",))

@@ -529,6 +529,34 @@ def plot_frontier(totals: pd.DataFrame, calibration: pd.DataFrame | None, png_pa
     return _save(fig, png_path)
 
 
+def plot_training(epoch_errors: Sequence[float], k_scores: Sequence[Sequence[float]] | None, png_path: str | Path,
+                  title: str | None = None) -> Path:
+    """The CRBM's reconstruction error per epoch (did it converge?) and, with a k report, silhouette and
+    inertia per k (which k to choose): the plots a training run writes and logs."""
+    if not len(epoch_errors):
+        return _empty(png_path, title or "CRBM training")
+    panels = 2 if k_scores else 1
+    fig = _figure(5.5 * panels, 3.2)
+    ax = fig.add_subplot(1, panels, 1)
+    ax.plot(range(1, len(epoch_errors) + 1), list(epoch_errors), marker="o", markersize=3)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("reconstruction error")
+    ax.set_title(title or "CRBM training")
+    ax.grid(alpha=0.3)
+    if k_scores:
+        ks = [int(r[0]) for r in k_scores]
+        ax2 = fig.add_subplot(1, 2, 2)
+        ax2.plot(ks, [r[1] for r in k_scores], marker="o", color="#1f77b4", label="silhouette")
+        ax2.set_xlabel("k")
+        ax2.set_ylabel("silhouette")
+        twin = ax2.twinx()
+        twin.plot(ks, [r[2] for r in k_scores], marker="s", color="#d62728", label="inertia")
+        twin.set_ylabel("inertia")
+        ax2.set_title("Choosing k")
+        ax2.grid(alpha=0.3)
+    return _save(fig, png_path)
+
+
 def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None) -> Path:
     """Draw a phase graph (or prototype tree) to a PNG with matplotlib's Agg canvas (no global backend change).
 

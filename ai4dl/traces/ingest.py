@@ -508,7 +508,14 @@ def ingest(lake: Lake, settings: IngestConfig, path: str | None = None, fmt: str
         if "UNABLE_TO_INFER_SCHEMA" in text or "DELTA_MISSING_DELTA_TABLE" in text or "not a Delta table" in text:
             raise InputError(f"{path}: cannot read as {fmt} ({text.splitlines()[0][:200]})") from None
         raise
-    validated = validate(source, mapping, settings.max_usage_factor, where=path, delimiter=settings.delimiter)
+    return ingest_source(lake, settings, source, path)
+
+
+def ingest_source(lake: Lake, settings: IngestConfig, source: DataFrame, where: str) -> IngestResult:
+    """Validate rows in the export's columns (all strings, plus ``source_file``) and MERGE them into bronze and
+    quarantine: the one path every source takes (a CSV export, a Prometheus range), so the rules are the same."""
+    mapping = column_mapping(dict(settings.columns))
+    validated = validate(source, mapping, settings.max_usage_factor, where=where, delimiter=settings.delimiter)
     # Only the narrow typed rows are cached (no raw JSON): one parse of the input serves the bronze MERGE and
     # the counts; the raw rows are re-read, filtered, for the quarantine alone.
     ranked = rank_duplicates(validated).persist(StorageLevel.MEMORY_AND_DISK)

@@ -1,0 +1,92 @@
+"""Phases of raw traces in a pandas frame, without Spark: what a served model (MLflow pyfunc) answers.
+
+A request carries raw samples (the export's columns, several containers, any row order), not silver windows.
+The batch path is reproduced step by step so the phases are the ones the ``label`` stage writes: samples
+of a container ordered by time, scaled with the model's scaler, each step windowed with its ``n_history``
+predecessors (time-major, oldest first, restarting after a gap longer than ``max_gap_seconds``, as
+:func:`ai4dl.method.windowing.build_windows`), then labelled by the same kernel
+(:func:`ai4dl.method.labelling.label_batch`). Steps without full history get no phase, never a guess.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ai4dl.errors import InputError
+from ai4dl.lake.columns import POD_ID, SOURCE_COLUMNS, TS
+from ai4dl.method.labelling import label_batch
+from ai4dl.method.model import PhaseModel
+
+MILLIS_THRESHOLD = 1e11  # as ingest: a number this large is epoch milliseconds
+
+
+def epoch_seconds(values: pd.Series) -> np.ndarray:
+    """Timestamps as float epoch seconds: numbers (seconds, or milliseconds from 1e11 on, as ingest reads
+    them), datetimes, or ISO strings (UTC unless they carry an offset).
+
+    >>> epoch_seconds(pd.Series([1565962220, 1565962220000])).tolist()
+    [1565962220.0, 1565962220.0]
+    >>> epoch_seconds(pd.Series(["2019-08-16T13:30:20Z"])).tolist()
+    [1565962220.0]
+    """
+    numbers = pd.to_numeric(values, errors="coerce")
+    if numbers.notna().all():
+        x = numbers.to_numpy(dtype=np.float64)
+        return np.where(np.abs(x) >= MILLIS_THRESHOLD, x / 1000.0, x)
+    parsed = pd.to_datetime(values, utc=True, errors="coerce")
+    if parsed.isna().any():
+        bad = values[parsed.isna()].iloc[0]
+        raise InputError(f"timestamp {bad!r} is not epoch seconds, milliseconds or an ISO-8601 time")
+    return (parsed - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+
+
+def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float | None = None) -> pd.DataFrame:
+    """``pod_id``, ``ts`` (epoch seconds), ``step``, ``phase`` (nullable Int32) and ``distance`` of every row of
+    ``traces``, in the input's row order (the input's index is kept).
+
+    ``traces`` has the export's columns (``pod.id``, ``timestamp``, ``cpu.usage``...) or the lake's
+    (``pod_id``, ``ts``, ``cpu_usage``...). A container's rows must be unique per timestamp, as in bronze.
+    """
+    frame = traces.rename(columns={c: SOURCE_COLUMNS[c] for c in traces.columns if c in SOURCE_COLUMNS})
+    missing = [c for c in (POD_ID, TS, *model.features) if c not in frame.columns]
+    if missing:
+        raise InputError(f"traces lack column(s) {', '.join(missing)} (the export's or the lake's names)")
+    pods = frame[POD_ID].astype(str).to_numpy()
+    ts = epoch_seconds(frame[TS])
+    # Row positions ordered by container, then time (a stable sort keeps the input order of equal keys).
+    order = np.lexsort((ts, pods))
+    x_all = model.scaler.transform(frame[list(model.features)].to_numpy(dtype=np.float64))
+    n = model.n_history
+    step = np.zeros(len(frame), dtype=np.int64)
+    windows: list[int] = []  # positions (into the sorted order) of steps with full history
+    start = 0
+    while start < len(order):
+        end = start
+        while end < len(order) and pods[order[end]] == pods[order[start]]:
+            end += 1
+        rows = order[start:end]
+        step[rows] = np.arange(end - start)
+        seg_start = 0
+        for j in range(end - start):
+            if j and max_gap_seconds and ts[rows[j]] - ts[rows[j - 1]] > max_gap_seconds:
+                seg_start = j
+            if j - seg_start >= n:
+                windows.append(start + j)
+        start = end
+    phase = pd.array([pd.NA] * len(frame), dtype="Int32")
+    distance = np.full(len(frame), np.nan)
+    if windows:
+        pos = np.asarray(windows)
+        target = order[pos]
+        x = x_all[target]
+        cond = np.concatenate([x_all[order[pos - k]] for k in range(n, 0, -1)], axis=1)  # oldest first
+        ph, dist, _ = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+        phase[target] = ph.astype(np.int32)
+        distance[target] = dist
+    return pd.DataFrame(
+        {POD_ID: pods, TS: ts, "step": step, "phase": phase, "distance": distance}, index=traces.index
+    )
+
+
+__all__ = ["epoch_seconds", "label_traces"]
