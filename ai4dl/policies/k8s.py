@@ -142,6 +142,26 @@ def _rfc3339(ts: Any) -> str | None:
     return pd.Timestamp(ts).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def read_back(obj: Any, klass: str) -> Any:
+    """``obj`` (a plain dict) deserialized into the client's model ``klass`` (e.g. ``"V1PodTemplateSpec"``), as
+    the client reads an API server's answer: the check that a written object is one the API accepts the shape
+    of. Works with the client's two ``deserialize`` signatures (a response object before v35, text after)."""
+    import inspect
+    import json
+
+    from kubernetes import client
+
+    api = client.ApiClient()
+    text = json.dumps(obj)
+    if "content_type" in inspect.signature(api.deserialize).parameters:
+        return api.deserialize(text, klass, "application/json")
+
+    class _Response:  # older clients read a response's .data
+        data = text
+
+    return api.deserialize(_Response(), klass)
+
+
 def render(records: Iterable[Mapping[str, Any]], fmt: str = "vpa", **options: Any) -> str:
     """The objects of ``records`` as one multi-document YAML text (``fmt``: ``vpa`` or ``patch``)."""
     import yaml
@@ -150,7 +170,13 @@ def render(records: Iterable[Mapping[str, Any]], fmt: str = "vpa", **options: An
     if fmt == "patch":
         options = {k: v for k, v in options.items() if k == "container"}
     docs = [build(r, **options) for r in records]
+    for doc in docs:  # read back through the client's models before anything is written
+        if fmt == "vpa":
+            read_back(doc["metadata"], "V1ObjectMeta")
+            read_back(doc["spec"]["targetRef"], "V1CrossVersionObjectReference")
+        else:
+            read_back(doc["spec"]["template"], "V1PodTemplateSpec")
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-__all__ = ["cpu_quantity", "k8s_name", "memory_quantity", "render", "resources_patch", "vpa_object"]
+__all__ = ["cpu_quantity", "k8s_name", "memory_quantity", "read_back", "render", "resources_patch", "vpa_object"]
