@@ -70,23 +70,31 @@ def main() -> None:
         feeds = max(int(a.feed_seconds // a.period), 1)
         total_steps = a.backlog_steps + feeds * a.feed_steps
         interval_s = cfg.generate.interval_seconds
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
         fleet = generate_fleet(spark, a.containers, total_steps, seed=3, partitions=2)
-        start = cfg.generate.start
-        backlog = str(work / "raw" / "backlog")
-        write_fleet(fleet.where(f"timestamp < {start + a.backlog_steps * interval_s}"), backlog, "csv")
+        # each container starts at its own offset: cut by step, not by timestamp
+        first_ts = F.min("timestamp").over(Window.partitionBy(F.col("`pod.id`")))
+        fleet = fleet.withColumn("_step", ((F.col("timestamp") - first_ts) / interval_s).cast("int")).cache()
+
+        def write(where: str, path: str) -> str:
+            write_fleet(fleet.where(where).drop("_step"), path, "csv")
+            return path
+
+        backlog = write(f"_step < {a.backlog_steps}", str(work / "raw" / "backlog"))
         chunks = []
         for i in range(feeds):
-            lo = start + (a.backlog_steps + i * a.feed_steps) * interval_s
-            path = str(work / "raw" / f"feed{i:03d}")
-            write_fleet(fleet.where(f"timestamp >= {lo} AND timestamp < {lo + a.feed_steps * interval_s}"), path, "csv")
-            chunks.append(path)
+            lo = a.backlog_steps + i * a.feed_steps
+            chunks.append(write(f"_step >= {lo} AND _step < {lo + a.feed_steps}", str(work / "raw" / f"feed{i:03d}")))
         stages.ingest(cfg, spark, input=backlog)
-        rows = a.containers * a.backlog_steps
 
         # 1. sustained throughput over the backlog
         t0 = time.time()
         first = stages.stream(cfg, spark).details["report"]
         seconds = time.time() - t0
+        rows = first.phases
+        assert rows == a.containers * a.backlog_steps, f"labelled {rows} of {a.containers * a.backlog_steps} backlog rows"
         throughput = rows / seconds
         print(f"throughput: {rows} rows ({a.containers} containers x {a.backlog_steps} steps) in {seconds:.1f}s "
               f"= {throughput:.0f} rows/s ({first.batches} micro-batch(es), policy {a.policy})")
