@@ -65,6 +65,23 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", parents=[common], help="HTML report of the current tables")
     rep.add_argument("--out", help="report folder (default: report.dir)")
 
+    st = sub.add_parser("stream", parents=[common], help="live phases and recommendations as bronze grows (Structured Streaming)")
+    st.add_argument("--trigger", choices=["availableNow", "continuous"], help="shortcut for --set stream.trigger=...")
+    st.add_argument("--interval", type=float, help="continuous: seconds between micro-batches (stream.interval_seconds)")
+    st.add_argument("--model", help="model directory (default: label.model, else the latest trained version, "
+                    "checked again at every micro-batch)")
+    st.add_argument("--checkpoint", help="checkpoint folder (default: <lake.root>/_checkpoints/stream)")
+
+    rc = sub.add_parser("recommendations", parents=[common], help="the live recommendations as Kubernetes objects (YAML)")
+    rc.add_argument("--format", default="vpa", choices=["vpa", "patch"],
+                    help="vpa: a VerticalPodAutoscaler per container, the recommendation in its status; "
+                    "patch: a strategic-merge patch of the container's resources")
+    rc.add_argument("--out", help="output YAML file (default: standard output)")
+    rc.add_argument("--namespace", help="metadata.namespace of the VPA objects")
+    rc.add_argument("--target-kind", default="Job", help="kind of the workload a VPA targets (default Job)")
+    rc.add_argument("--target-api-version", default="batch/v1", help="its apiVersion (default batch/v1)")
+    rc.add_argument("--container", help="container name in the pod (default: the service name)")
+
     d = sub.add_parser("demo", parents=[common], help="generate -> ingest -> window -> train -> label -> behaviour -> policies -> report")
     d.add_argument("--input", help="ingest these traces instead of generating a fleet")
     d.add_argument("--format", choices=["csv", "parquet", "delta"],
@@ -136,6 +153,7 @@ VERBS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "optimize": lambda a: {"tables": tuple(a.tables)},
     "report": lambda a: {"out": a.out},
     "demo": lambda a: {"input": a.input, "fmt": a.format},
+    "stream": lambda a: {"model": a.model},
 }
 
 
@@ -143,6 +161,10 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     out = list(args.overrides)
     if args.master:
         out.append(f"spark.master={args.master}")
+    for flag, key in (("trigger", "stream.trigger"), ("interval", "stream.interval_seconds"), ("checkpoint", "stream.checkpoint")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out.append(f"{key}={value}")
     for flag in ("containers", "steps", "seed"):
         value = getattr(args, flag, None)
         if value is not None:
@@ -183,8 +205,27 @@ def _log(cfg: Any, args: argparse.Namespace) -> None:
     print(f"log: {len(runs)} runs shown, {unfinished} unfinished, {len(orphans)} commits of unfinished runs")
 
 
+def _recommendations(cfg: Any, args: argparse.Namespace) -> None:
+    """Read-only: gold/recommendations as Kubernetes YAML (see ai4dl.policies.k8s)."""
+    from ai4dl.lake.session import get_spark
+    from ai4dl.lake.tables import Lake
+    from ai4dl.policies.k8s import render
+
+    lake = Lake.for_config(get_spark(cfg), cfg)
+    rows = [r.asDict() for r in lake.read("recommendations").orderBy("pod_id").collect()]
+    text = render(rows, args.format, target_kind=args.target_kind, target_api_version=args.target_api_version,
+                  namespace=args.namespace, container=args.container)
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(text)
+        print(f"recommendations: {len(rows)} {args.format} objects -> {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
 # Commands that read the lake but write nothing (no run-log row of their own).
-READERS: dict[str, Callable[[Any, argparse.Namespace], None]] = {"log": _log}
+READERS: dict[str, Callable[[Any, argparse.Namespace], None]] = {"log": _log, "recommendations": _recommendations}
 
 # Commands that touch neither Spark nor the lake: no config, no run log. They take unparsed extra arguments.
 TOOLS: dict[str, Callable[[argparse.Namespace, list[str]], None]] = {"vpa-recommend": _vpa_recommend}

@@ -243,6 +243,31 @@ class PoliciesConfig:
             )
 
 
+# The policies that can allocate live: every one but the oracles, which read the interval they allocate for.
+LIVE_POLICIES = ("static", "prev.step.max", "prev.step.rules", "phase.rule", "phase.proactive", "vpa")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """``ai4dl stream``: live phases and recommendations (see :mod:`ai4dl.stream`)."""
+
+    # The policy of the live recommendation, with the policies section's parameters (the replay's code).
+    policy: str = _key("phase.proactive", choices=LIVE_POLICIES)
+    # availableNow: process what bronze holds, then stop; continuous: a micro-batch every interval_seconds.
+    trigger: str = _key("availableNow", choices=("availableNow", "continuous"))
+    interval_seconds: float = _key(10.0, lo=0, lo_open=True)
+    # Continuous trigger: stop after this long (None: run until stopped). For benchmarks and smoke runs.
+    max_seconds: float | None = _key(None, lo=0, lo_open=True)
+    # Offsets and state of the query; default <lake.root>/_checkpoints/stream. One checkpoint per query.
+    checkpoint: str | None = None
+    # Files admitted per micro-batch. Large on purpose: one commit's files interleave the timestamps of
+    # its containers, so a commit split across batches would make its later files' older samples late.
+    max_files_per_trigger: int = _key(1_000_000, lo=1)
+    # The lake whose phases give the policy's phase statistics and transitions (the training fleet's, as the
+    # replay's) and the next-phase probabilities; None: this lake.
+    statistics_lake: str | None = None
+
+
 @dataclass(frozen=True)
 class ReportConfig:
     dir: str = "data/report"
@@ -272,6 +297,7 @@ class Config:
     label: LabelConfig = field(default_factory=LabelConfig)
     behaviour: BehaviourConfig = field(default_factory=BehaviourConfig)
     policies: PoliciesConfig = field(default_factory=PoliciesConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
 

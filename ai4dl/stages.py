@@ -475,6 +475,87 @@ def _schema(name: str) -> Any:
     return spec(name).schema
 
 
+# --------------------------------------------------------------------------------------------------- live
+
+
+def live_inputs(cfg: Config, model: Any, model_id: str) -> Any:
+    """What the live stream needs besides its data (:class:`ai4dl.stream.online.Live`): the model and the
+    policy's inputs, computed as the policies stage computes them, from ``stream.statistics_lake`` (default this
+    lake). The next-phase prediction reads that lake's gold transitions when they exist (all containers), else
+    the policy's (training containers). A lake without phases yet gives no statistics: the phase policies then
+    allocate the limit, as the replay does for a phase without a statistic."""
+    from ai4dl.errors import ModelError
+    from ai4dl.lake.columns import METRICS
+    from ai4dl.lake.tables import Lake
+    from ai4dl.policies.replay import PolicyParams, normalise_transitions
+    from ai4dl.stream.online import Live
+
+    if model.n_history != cfg.window.n_history:
+        raise ModelError(f"model has n_history {model.n_history}, window.n_history is {cfg.window.n_history}")
+    unknown = [f for f in model.features if f not in METRICS]
+    if unknown:
+        raise ModelError(f"model features {unknown} are not bronze metric columns")
+    from ai4dl.lake.session import get_spark
+
+    stats_lake = Lake(get_spark(cfg), cfg.stream.statistics_lake or cfg.lake.root)
+    stats: dict = {}
+    transitions: dict = {}
+    nxt: dict = {}
+    if stats_lake.exists("phases"):
+        stats = policy_phase_stats(cfg, stats_lake)
+        transitions = normalise_transitions(policy_transitions(cfg, stats_lake))
+        nxt = normalise_transitions(stats_lake.read("transitions")) if stats_lake.exists("transitions") else transitions
+    names = {int(k): str(v) for k, v in (model.info.get("phase_names") or {}).items()}
+    return Live(
+        model=model, model_id=model_id, n_history=cfg.window.n_history, max_gap_seconds=cfg.window.max_gap_seconds,
+        policy=cfg.stream.policy, params=PolicyParams.from_config(cfg.policies), phase_stats=stats,
+        transitions=transitions, next_phase=nxt, phase_names=names,
+    )
+
+
+def stream_checkpoint(cfg: Config) -> str:
+    from ai4dl.lake.tables import join_path
+
+    return cfg.stream.checkpoint or join_path(cfg.lake.root, "_checkpoints", "stream")
+
+
+@stage("stream")
+def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: bool = False) -> _Output:
+    """Bronze, as it grows -> phases (appended) and gold recommendations, until bronze is drained
+    (``stream.trigger: availableNow``) or stopped (``continuous``). See :mod:`ai4dl.stream.query`."""
+    from ai4dl.lake import tables
+    from ai4dl.method.model import latest_version, load
+    from ai4dl.stream.query import run_stream
+
+    s = cfg.stream
+    spark = lake.spark
+    run_id = tables.session_commit_info(spark).get(tables.RUN_ID_KEY, "-")
+    started = tables.utc_now()
+
+    def current_model() -> str:
+        return str(model or cfg.label.model or latest_version(cfg.lake.models, cfg.train.model_name))
+
+    def prepare(path: str) -> Any:
+        phase_model = load(path)
+        return live_inputs(cfg, phase_model, phase_model.model_id)
+
+    def on_model(path: str, model_id: str) -> None:
+        print(f"stream: model {model_id} from {path}")
+        tables.log_event(lake, run_id, "stream", cfg.digest, started, "model", f"model {model_id} from {path}")
+
+    if not lake.exists("bronze"):
+        from ai4dl.errors import MissingTableError
+
+        raise MissingTableError(f"table 'bronze' does not exist yet at {lake.path('bronze')}; run ingest first")
+    report = run_stream(
+        lake, prepare, current_model, stream_checkpoint(cfg), s.trigger, s.interval_seconds, s.max_seconds,
+        s.max_files_per_trigger, on_model, measure_delays,
+    )
+    print(f"stream: {report.summary()} in {report.seconds:.1f}s")
+    written = {"phases": report.phases, "recommendations": report.recommendations, "quarantine": report.late}
+    return _Output(written, details={"report": report})
+
+
 # --------------------------------------------------------------------------------------------------- upkeep
 
 
@@ -597,6 +678,6 @@ def _save_json(path: Path, data: Any) -> None:
 
 __all__ = [
     "STAGES", "StageResult", "behaviour", "demo", "generate", "import_reference_model", "ingest", "label",
-    "optimize", "policies", "policy_phase_stats", "refine", "report", "resolve_model", "run", "run_many", "train",
-    "window",
+    "live_inputs", "optimize", "policies", "policy_phase_stats", "refine", "report", "resolve_model", "run",
+    "run_many", "stream", "stream_checkpoint", "train", "window",
 ]

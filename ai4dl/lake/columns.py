@@ -113,3 +113,51 @@ POLICY_CALIBRATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("throttled_steps", "bigint", False),
     ("throttled_core_seconds", "double", False),
 )
+
+# Gold: the live recommendation of each container (ai4dl stream), one row per container, replaced when a newer
+# step is labelled. ``cpu_cores`` / ``mem_bytes`` are what ``policy`` allocates for step ``for_step`` (the step
+# after ``step``), the allocation the policy replay holds there; ``cpu_num_cores`` / ``mem_limit`` the limit.
+RECOMMENDATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("pod_id", "string", False),
+    ("service", "string", True),
+    ("ts", "timestamp", False),  # the newest labelled step
+    ("step", "int", False),
+    ("phase", "int", True),  # the current phase: the last non-null phase (null: no full window yet)
+    ("phase_name", "string", True),
+    ("phase_since_ts", "timestamp", True),  # first step of the current run of that phase
+    ("phase_since_step", "int", True),
+    ("next_phase", "int", True),  # the most likely next phase (null: no known successor)
+    ("next_phase_probability", "double", True),
+    ("policy", "string", False),
+    ("for_step", "int", False),
+    ("interval", "int", False),  # the allocation interval of for_step (policies.interval_steps long)
+    ("cpu_cores", "double", True),
+    ("mem_bytes", "double", True),
+    ("cpu_num_cores", "double", True),
+    ("mem_limit", "double", True),
+    ("model_id", "string", False),
+    ("late_samples", "bigint", False),  # samples of this container quarantined as late so far
+    ("updated_at", "timestamp", False),
+)
+
+# The live stream's per-container state (Spark's state store, not a table): the raw metrics of the last
+# n_history samples of the current segment (all METRICS, oldest first, flattened) and the container's trace so
+# far as the policy replay reads it (timestamps in epoch seconds, NaN phase = unlabelled).
+STREAM_STATE_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("service", "string", True),
+    ("last_step", "int", False),
+    ("last_ts", "double", False),
+    ("segment", "int", False),
+    ("history", "array<double>", False),
+    ("history_len", "int", False),
+    ("trace_ts", "array<double>", False),
+    ("trace_cpu", "array<double>", False),
+    ("trace_cpu_limit", "array<double>", False),
+    ("trace_mem", "array<double>", False),
+    ("trace_mem_limit", "array<double>", False),
+    ("trace_phase", "array<double>", False),
+    ("run_phase", "int", True),
+    ("run_since_step", "int", True),
+    ("run_since_ts", "double", True),
+    ("late_samples", "bigint", False),
+)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pyspark.sql import types as T
 
 from ai4dl.lake.columns import (  # noqa: F401  (re-exported: one import for names and schemas)
-    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_CALIBRATION_FIELDS, POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS, SERVICE, SOURCE_COLUMNS, TS, lake_name, source_name,
+    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_CALIBRATION_FIELDS, POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS, RECOMMENDATION_FIELDS, SERVICE, SOURCE_COLUMNS, STREAM_STATE_FIELDS, TS, lake_name,
+    source_name,
 )
 
 _metric_fields = [T.StructField(m, T.DoubleType(), True) for m in METRICS]
@@ -161,7 +162,10 @@ DWELL = T.StructType(
     ]
 )
 
-_SQL_TYPES = {"string": T.StringType(), "bigint": T.LongType(), "double": T.DoubleType(), "boolean": T.BooleanType()}
+_SQL_TYPES = {
+    "string": T.StringType(), "bigint": T.LongType(), "int": T.IntegerType(), "double": T.DoubleType(),
+    "boolean": T.BooleanType(), "timestamp": T.TimestampType(), "array<double>": T.ArrayType(T.DoubleType(), True),
+}
 
 
 def _struct(declared: tuple[tuple[str, str, bool], ...]) -> T.StructType:
@@ -176,6 +180,27 @@ POLICY_FRONTIER = _struct(POLICY_FRONTIER_FIELDS)
 # Gold: each policy at the matched service level (knob chosen on training containers, scored held out).
 POLICY_CALIBRATION = _struct(POLICY_CALIBRATION_FIELDS)
 
+# Gold: the live recommendation per container (ai4dl stream); see ai4dl.lake.columns.RECOMMENDATION_FIELDS.
+RECOMMENDATIONS = _struct(RECOMMENDATION_FIELDS)
+# The stream's per-container state in Spark's state store (see ai4dl.stream.online).
+STREAM_STATE = _struct(STREAM_STATE_FIELDS)
+
+
+def _stream_output() -> T.StructType:
+    """What the stream's stateful step emits, one schema for three kinds of rows (``kind``): ``phase`` rows
+    (the PHASES columns), one ``rec`` row per container and batch (the RECOMMENDATIONS columns) and ``late``
+    rows (a sample older than the container's last labelled step: ``raw`` JSON, ``reason``). A column a kind
+    does not use is null; ``ingested_at`` (when the sample landed in bronze) measures the delay."""
+    seen: dict[str, T.DataType] = {"kind": T.StringType()}
+    for f in [*PHASES.fields, *RECOMMENDATIONS.fields]:
+        seen.setdefault(f.name, f.dataType)
+    seen.update({"source_file": T.StringType(), "raw": T.StringType(), "reason": T.StringType(),
+                 "ingested_at": T.TimestampType()})
+    return T.StructType([T.StructField(n, t, True) for n, t in seen.items()])
+
+
+STREAM_OUTPUT = _stream_output()
+
 # One row when a run starts (status "started", table "-"), then one per table or model it wrote (status
 # "finished") or one "failed" row with the error: a run with no row after "started" died (killed, lost node).
 RUN_LOG = T.StructType(
@@ -187,7 +212,8 @@ RUN_LOG = T.StructType(
         T.StructField("rows", T.LongType(), True),
         T.StructField("config_hash", T.StringType(), False),
         T.StructField("finished_at", T.TimestampType(), True),  # null on the "started" row
-        T.StructField("status", T.StringType(), True),  # started | finished | failed (null: rows of ai4dl <= 0.1)
+        # started | finished | failed (null: rows of ai4dl <= 0.1) | model (the stream switched model: message)
+        T.StructField("status", T.StringType(), True),
         T.StructField("started_at", T.TimestampType(), True),
         T.StructField("message", T.StringType(), True),  # the error of a failed run
     ]

@@ -46,13 +46,16 @@ TABLES: dict[str, TableSpec] = {
     "bronze": TableSpec("bronze/traces", S.BRONZE, S.BRONZE_PARTITIONS, (S.EVENT_DATE, S.POD_ID, S.TS), (S.POD_ID, S.TS)),
     "quarantine": TableSpec("bronze/quarantine", S.QUARANTINE, (), ("source_file", "raw_hash", "reason")),
     "silver": TableSpec("silver/windows", S.SILVER, S.SILVER_PARTITIONS, (), (S.POD_ID, S.TS)),
-    "phases": TableSpec("silver/phases", S.PHASES, S.PHASES_PARTITIONS, (), (S.POD_ID, S.TS)),
+    # key: the stream appends phases with an insert-only MERGE on it (the label stage replaces the table).
+    "phases": TableSpec("silver/phases", S.PHASES, S.PHASES_PARTITIONS, (S.POD_ID, S.TS), (S.POD_ID, S.TS)),
     "sequences": TableSpec("gold/phase_sequences", S.PHASE_SEQUENCES, (S.SERVICE,), (), (S.POD_ID,)),
     "transitions": TableSpec("gold/phase_transitions", S.TRANSITIONS),
     "phase_stats": TableSpec("gold/phase_stats", S.PHASE_STATS),
     "policy_replay": TableSpec("gold/policy_replay", S.POLICY_REPLAY),
     "policy_frontier": TableSpec("gold/policy_frontier", S.POLICY_FRONTIER),
     "policy_calibration": TableSpec("gold/policy_calibration", S.POLICY_CALIBRATION),
+    # key: one row per container, replaced by the stream only with a newer step (see upsert_newer).
+    "recommendations": TableSpec("gold/recommendations", S.RECOMMENDATIONS, (), (S.POD_ID,)),
     "run_log": TableSpec("_meta/run_log", S.RUN_LOG),
 }
 
@@ -131,6 +134,10 @@ class Lake:
     def merge_new(self, name: str, df: DataFrame) -> "MergeOutcome":
         s = spec(name)
         return merge_new(df, self.path(name), s.schema, list(s.key), s.partition_by)
+
+    def upsert_newer(self, name: str, df: DataFrame, order: str) -> "MergeOutcome":
+        s = spec(name)
+        return upsert_newer(df, self.path(name), s.schema, list(s.key), order, s.partition_by)
 
     def properties(self, name: str) -> dict[str, str]:
         return properties(self.spark, self.path(name))
@@ -398,6 +405,41 @@ def merge_new(
     return MergeOutcome(inserted=inserted, version=_committed_version(spark, path, token))
 
 
+def upsert_newer(
+    df: DataFrame, path: str, schema: StructType, key: list[str], order: str, partition_by: Iterable[str] = ()
+) -> MergeOutcome:
+    """One row per ``key``: insert a new key, replace a stored row only by one whose ``order`` column is greater.
+
+    For tables that hold the latest state of something (the live recommendation per container): a batch
+    replayed after a crash carries the same ``order`` values as the rows it already wrote, so it changes
+    nothing, and an older row never overwrites a newer one. One atomic MERGE commit, retried on concurrent
+    conflicts like :func:`merge_new`. ``df`` must hold at most one row per key.
+    """
+    from delta.tables import DeltaTable
+
+    spark = df.sparkSession
+    ensure_table(spark, path, schema, partition_by)
+    df = df.select(*schema.fieldNames())
+    cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in key)
+    for attempt in range(MERGE_RETRIES):
+        try:
+            metrics = (
+                DeltaTable.forPath(spark, path).alias("t").merge(df.alias("s"), cond)
+                .whenMatchedUpdateAll(condition=f"s.`{order}` > t.`{order}`")
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+            break
+        except Exception as exc:
+            if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1) + (uuid.uuid4().int % 500) / 1000)
+    row = metrics.first() if metrics is not None else None
+    values = row.asDict() if row is not None else {}
+    changed = int(values.get("num_inserted_rows", 0) or 0) + int(values.get("num_updated_rows", 0) or 0)
+    return MergeOutcome(inserted=changed, version=None)
+
+
 def _committed_version(spark: SparkSession, path: str, token: str) -> int | None:
     from delta.tables import DeltaTable
 
@@ -468,6 +510,13 @@ def log_started(lake: Lake, run_id: str, job: str, config_digest: str, started_a
 def log_failed(lake: Lake, run_id: str, job: str, config_digest: str, started_at: datetime, message: str) -> None:
     """The "failed" row of a run that raised: its one-line error."""
     _append_run_log(lake, [(run_id, job, "-", None, None, config_digest, utc_now(), "failed", started_at, message[:2000])])
+
+
+def log_event(lake: Lake, run_id: str, job: str, config_digest: str, started_at: datetime, status: str,
+              message: str) -> None:
+    """A row of a running job that is neither its start nor its end, e.g. the stream switching to a new model
+    (status ``model``): what happened and when, in the same log as the run itself."""
+    _append_run_log(lake, [(run_id, job, "-", None, None, config_digest, utc_now(), status, started_at, message[:2000])])
 
 
 def log_run(

@@ -646,6 +646,76 @@ def choose_knob(frame: pd.DataFrame, target_fulfilment: float) -> pd.DataFrame:
     return out
 
 
+def most_likely_next(phase: Any, transitions: Any) -> tuple[int, float] | None:
+    """The most likely phase after a run of ``phase`` and its probability: ``argmax_q P(phase -> q)`` over
+    ``q != phase`` (ties: the smallest phase), None for an unknown phase or one without known successors.
+    ``transitions`` as :func:`normalise_transitions` reads them. The one rule both the next-phase score
+    (:func:`next_phase_f1`) and the live recommendations (:mod:`ai4dl.stream`) predict with.
+
+    >>> most_likely_next(0, {(0, 1): 0.7, (0, 2): 0.3, (0, 0): 0.9})
+    (1, 0.7)
+    >>> most_likely_next(None, {(0, 1): 1.0}) is None
+    True
+    """
+    p = finite_value(phase)
+    if math.isnan(p):
+        return None
+    successors = transitions if _is_normalised(transitions) else normalise_transitions(transitions)
+    candidates = [(-prob, dst) for dst, prob in successors.get(int(p), {}).items() if dst != int(p)]
+    if not candidates:
+        return None
+    prob, dst = min(candidates)
+    return int(dst), -float(prob)
+
+
+def _is_normalised(transitions: Any) -> bool:
+    return isinstance(transitions, dict) and all(isinstance(v, dict) for v in transitions.values())
+
+
+# Policies that read the interval they allocate for: they cannot run live, where that interval is the future.
+ORACLES: tuple[str, ...] = ("current.step.max", "current.step.rules")
+
+
+def next_allocation(
+    pdf: pd.DataFrame, policy: str, params: PolicyParams | None = None, phase_stats: Mapping | None = None,
+    transitions: Any = None,
+) -> dict[str, Any]:
+    """What ``policy`` allocates for the step after the last row of one container's ``PHASES`` rows ``pdf``:
+    ``{"step", "interval", "cpu", "mem", "cpu_limit", "mem_limit"}``.
+
+    This is the replay itself (:func:`allocate` over the same :func:`replay_frame`), run over the rows known so
+    far plus one unknown step: every non-oracle policy decides an interval from steps before it, so the result
+    is the allocation the replay of the whole trace holds at that step (the live recommendation and the batch
+    replay cannot drift apart). The unknown step's limit is the last known one (limits are per-container
+    constants in practice). Oracles need the interval's own usage and are refused.
+    """
+    params = params or PolicyParams()
+    if policy in ORACLES or policy not in POLICIES:
+        raise InputError(f"policy '{policy}' cannot allocate ahead of time (allowed: "
+                         f"{', '.join(p for p in POLICIES if p not in ORACLES)})")
+    if pdf is None or len(pdf) == 0:
+        raise InputError("next_allocation needs at least one known step")
+    nxt = int(pd.to_numeric(pdf["step"]).max()) + 1
+    extended = pd.concat([pdf, pdf.iloc[[-1]]], ignore_index=True)  # the unknown step, blanked below
+    last = len(extended) - 1
+    for col in ("step", *(c for pair in RESOURCES.values() for c in pair)):
+        if col in extended:
+            extended[col] = pd.to_numeric(extended[col], errors="coerce").astype("float64")
+    extended.loc[last, "step"] = nxt
+    for col in ("ts", "phase", *(u for u, _ in RESOURCES.values()), *(c for _, c in RESOURCES.values())):
+        if col in extended:
+            extended.loc[last, col] = None
+    trace = _trace(extended, params)
+    first = nxt - len(trace.limit["cpu"]) + 1  # replay_frame's first step: interval 0 starts there
+    out: dict[str, Any] = {"step": nxt, "interval": (nxt - first) // int(params.interval_steps)}
+    for resource in RESOURCES:
+        usage, limit = trace.usage[resource], trace.limit[resource]
+        alloc = allocate(policy, usage, limit, params, trace.phases, phase_stats, resource, trace.ts_seconds, transitions)
+        out[resource] = float(alloc[-1])
+        out[f"{resource}_limit"] = float(limit[-1])
+    return out
+
+
 def f1_scores(boundaries: int, predicted: int, correct: int) -> dict[str, float]:
     """Micro-averaged precision, recall and F1 of next-phase predictions from their counts (NaN when
     undefined), so per-container counts can be summed over a fleet first.
@@ -682,11 +752,7 @@ def next_phase_f1(phases: Any, transitions: Any) -> dict[str, float]:
     codes = codes[~np.isnan(codes)].astype(np.int64)
     runs = codes[np.r_[True, codes[1:] != codes[:-1]]] if codes.size else codes
     successors = normalise_transitions(transitions)
-    best: dict[int, int] = {}
-    for src, dsts in successors.items():
-        candidates = [(-prob, dst) for dst, prob in dsts.items() if dst != src]
-        if candidates:
-            best[src] = min(candidates)[1]
+    best = {src: nxt[0] for src in successors if (nxt := most_likely_next(src, successors)) is not None}
     boundaries = max(len(runs) - 1, 0)
     predicted = correct = 0
     for src, dst in zip(runs[:-1].tolist(), runs[1:].tolist()):

@@ -1,0 +1,233 @@
+"""One container, one micro-batch: the pure step of the live stream (numpy/pandas, no Spark).
+
+:func:`advance` takes the container's new samples and its state (a tuple of
+:data:`ai4dl.lake.columns.STREAM_STATE_FIELDS`, as Spark's state store keeps it) and returns the rows the
+batch produces and the new state. Spark calls it once per container and micro-batch
+(:mod:`ai4dl.stream.query`); tests call it directly.
+
+What it does, and why it gives the batch pipeline's answers:
+
+* **Order and late samples.** A container's samples are taken in ``ts`` order, ``step`` = previous step + 1,
+  as the window stage numbers them. A sample whose ``ts`` is not after the container's last labelled step
+  (older, or a second sample at the same instant) cannot be labelled without rewriting the steps after it, so
+  it is *late*: emitted as a ``late`` row (quarantined with its reason by the stream, counted in
+  ``late_samples``), never silently dropped. Samples that arrive out of order *within* one micro-batch are
+  simply sorted. This rule replaces an event-time watermark: a phase depends on the samples just before it,
+  not on how old a sample is.
+* **Windows.** The state keeps the *raw* metrics of the last ``n_history`` samples of the current segment
+  (a gap longer than ``max_gap_seconds`` starts a new one, as in :func:`ai4dl.method.windowing.build_windows`).
+  They are scaled when labelled, with the labelling model's own scaler: the numbers are those of a silver
+  table scaled with that scaler, and a model change (possibly with another scaler) never meets history scaled
+  by the previous one.
+* **Phases.** Full windows are labelled with :func:`ai4dl.method.labelling.label_batch`, the kernel of the
+  label stage; a step without full history gets a null phase, as in batch.
+* **Recommendation.** After the batch: the current phase (the last non-null one), since when it lasts (first
+  step of its run; unlabelled steps do not break a run), the most likely next phase
+  (:func:`ai4dl.policies.replay.most_likely_next`) and the allocation for the next step by
+  :func:`ai4dl.policies.replay.next_allocation`, i.e. the policy replay itself over the trace so far. The state
+  therefore keeps the container's usage trace (six numbers per step): ``vpa`` feeds its histograms from every
+  sample and the reactive policies read the previous interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, STREAM_STATE_FIELDS, TS
+from ai4dl.method.labelling import label_batch
+from ai4dl.method.model import PhaseModel
+from ai4dl.policies.replay import PolicyParams, most_likely_next, next_allocation
+
+STATE_NAMES = tuple(name for name, _, _ in STREAM_STATE_FIELDS)
+_METRIC_INDEX = {m: i for i, m in enumerate(METRICS)}
+_NM = len(METRICS)
+LATE_REASON = "late_sample"
+
+
+@dataclass(frozen=True)
+class Live:
+    """Everything :func:`advance` needs besides the data: the model and the policy's inputs (plain values,
+    shipped to the executors with the stateful function)."""
+
+    model: PhaseModel
+    model_id: str
+    n_history: int
+    max_gap_seconds: float | None = None
+    policy: str = "phase.proactive"
+    params: PolicyParams = field(default_factory=PolicyParams)
+    phase_stats: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    transitions: Mapping[int, Mapping[int, float]] = field(default_factory=dict)  # the policy's (training)
+    next_phase: Mapping[int, Mapping[int, float]] = field(default_factory=dict)  # the prediction's (gold)
+    phase_names: Mapping[int, str] = field(default_factory=dict)
+
+    def name(self, phase: int | None) -> str | None:
+        if phase is None:
+            return None
+        return self.phase_names.get(int(phase), f"phase {int(phase)}")
+
+
+def new_state(service: Any = None) -> dict[str, Any]:
+    return {
+        "service": service, "last_step": -1, "last_ts": -math.inf, "segment": 0, "history": [], "history_len": 0,
+        "trace_ts": [], "trace_cpu": [], "trace_cpu_limit": [], "trace_mem": [], "trace_mem_limit": [],
+        "trace_phase": [], "run_phase": None, "run_since_step": None, "run_since_ts": None, "late_samples": 0,
+    }
+
+
+def state_from_tuple(values: Any) -> dict[str, Any]:
+    state = dict(zip(STATE_NAMES, values))
+    for name in ("history", "trace_ts", "trace_cpu", "trace_cpu_limit", "trace_mem", "trace_mem_limit", "trace_phase"):
+        state[name] = [float(v) if v is not None else math.nan for v in (state[name] if state[name] is not None else [])]
+    return state
+
+
+def state_to_tuple(state: Mapping[str, Any]) -> tuple:
+    return tuple(state[name] for name in STATE_NAMES)
+
+
+def epoch_seconds(ts: pd.Series) -> np.ndarray:
+    """Naive timestamps (the session's UTC) as float epoch seconds, like Spark's ``cast(ts as double)``."""
+    t = pd.to_datetime(ts)
+    return ((t - pd.Timestamp(0)) / pd.Timedelta(seconds=1)).to_numpy(dtype=float)
+
+
+def _raw_json(row: Mapping[str, Any]) -> str:
+    """The late sample as its bronze columns, JSON: what the quarantine keeps of it."""
+    out = {}
+    for c in (POD_ID, SERVICE, TS, *METRICS, BEHAVIOUR):
+        v = row.get(c)
+        if isinstance(v, pd.Timestamp):
+            v = v.isoformat()
+        elif isinstance(v, float) and math.isnan(v):
+            v = None
+        elif hasattr(v, "item"):
+            v = v.item()
+        out[c] = v
+    return json.dumps(out, sort_keys=True, default=str)
+
+
+def advance(pod_id: str, rows: pd.DataFrame, state: Mapping[str, Any] | None, live: Live) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The rows one micro-batch produces for one container (``kind`` phase / late / rec, the columns of
+    :data:`ai4dl.lake.schema.STREAM_OUTPUT` that kind uses) and the container's new state.
+
+    ``rows``: the container's new bronze samples (``pod_id, service, ts``, the metrics, ``behaviour``,
+    ``source_file``, ``ingested_at``), in any order.
+    """
+    st = dict(state) if state is not None else new_state()
+    rows = rows.sort_values(TS, kind="stable").reset_index(drop=True)
+    secs = epoch_seconds(rows[TS])
+    late = (secs <= st["last_ts"]) | pd.Series(secs).duplicated(keep="first").to_numpy()
+    out: list[dict[str, Any]] = []
+    for i in np.flatnonzero(late):
+        r = rows.iloc[i].to_dict()
+        out.append({"kind": "late", POD_ID: pod_id, SERVICE: r.get(SERVICE), TS: r.get(TS),
+                    "source_file": r.get("source_file"), "ingested_at": r.get("ingested_at"),
+                    "raw": _raw_json(r), "reason": LATE_REASON})
+    st["late_samples"] = int(st["late_samples"]) + int(late.sum())
+    fresh = rows[~late].reset_index(drop=True)
+    fresh_secs = secs[~late]
+    if len(fresh):
+        out += _label(pod_id, fresh, fresh_secs, st, live)
+        out.append(_recommend(pod_id, st, live))
+    return pd.DataFrame(out), st
+
+
+def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any], live: Live) -> list[dict[str, Any]]:
+    model, n_hist = live.model, int(live.n_history)
+    feats = [_METRIC_INDEX[f] for f in model.features]
+    raw = rows[list(METRICS)].to_numpy(dtype=float)
+    history = np.asarray(st["history"], dtype=float).reshape(-1, _NM)
+    steps, full, conds = [], [], []
+    for i in range(len(rows)):
+        gap = secs[i] - st["last_ts"]
+        if live.max_gap_seconds and st["last_step"] >= 0 and gap > float(live.max_gap_seconds):
+            history = history[:0]
+            st["segment"] = int(st["segment"]) + 1
+        st["last_step"] = int(st["last_step"]) + 1
+        st["last_ts"] = float(secs[i])
+        steps.append(st["last_step"])
+        is_full = len(history) >= n_hist
+        full.append(is_full)
+        conds.append(history[-n_hist:] if is_full else None)
+        history = np.vstack([history, raw[i : i + 1]])[-n_hist:]
+    st["history"] = history.ravel().tolist()
+    st["history_len"] = int(len(history))
+    full_mask = np.asarray(full, dtype=bool)
+    phase = np.full(len(rows), np.nan)
+    dist = np.full(len(rows), np.nan)
+    acts: list[Any] = [None] * len(rows)
+    if full_mask.any():
+        x = model.scaler.transform(raw[full_mask][:, feats])
+        # time-major, oldest first, as silver's history column: [x(t-n) features..., ..., x(t-1) features...]
+        cond = np.stack([model.scaler.transform(c[:, feats]).ravel() for c, f in zip(conds, full) if f])
+        ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+        idx = np.flatnonzero(full_mask)
+        phase[idx], dist[idx] = ph, d
+        for j, row in zip(idx, h):
+            acts[j] = row.tolist()
+    out = []
+    for i, r in enumerate(rows.to_dict("records")):
+        p = None if math.isnan(phase[i]) else int(phase[i])
+        st["service"] = r.get(SERVICE) if r.get(SERVICE) is not None else st["service"]
+        st["trace_ts"].append(float(secs[i]))
+        st["trace_cpu"].append(float(r["cpu_usage_cores"]))
+        st["trace_cpu_limit"].append(float(r["cpu_num_cores"]))
+        st["trace_mem"].append(float(r["mem_current"]))
+        st["trace_mem_limit"].append(float(r["mem_limit"]))
+        st["trace_phase"].append(math.nan if p is None else float(p))
+        if p is not None and p != st["run_phase"]:
+            st["run_phase"], st["run_since_step"], st["run_since_ts"] = p, steps[i], float(secs[i])
+        out.append({
+            "kind": "phase", POD_ID: pod_id, SERVICE: r.get(SERVICE), TS: r[TS], "step": steps[i], "phase": p,
+            "distance": None if p is None else float(dist[i]), "activations": acts[i],
+            "cpu_usage_cores": r["cpu_usage_cores"], "cpu_num_cores": r["cpu_num_cores"],
+            "mem_current": r["mem_current"], "mem_limit": r["mem_limit"], BEHAVIOUR: r.get(BEHAVIOUR),
+            "model_id": live.model_id, "source_file": r.get("source_file"), "ingested_at": r.get("ingested_at"),
+        })
+    return out
+
+
+def trace_frame(pod_id: str, st: Mapping[str, Any]) -> pd.DataFrame:
+    """The container's trace so far in the replay's columns (what :func:`next_allocation` reads)."""
+    n = len(st["trace_ts"])
+    phases = [None if math.isnan(p) else int(p) for p in st["trace_phase"]]
+    return pd.DataFrame({
+        "pod_id": [pod_id] * n, "service": [st["service"]] * n, "step": np.arange(n, dtype=np.int64),
+        "ts": np.asarray(st["trace_ts"], dtype=float), "phase": pd.array(phases, dtype="object"),
+        "cpu_usage_cores": st["trace_cpu"], "cpu_num_cores": st["trace_cpu_limit"],
+        "mem_current": st["trace_mem"], "mem_limit": st["trace_mem_limit"],
+    })
+
+
+def _recommend(pod_id: str, st: Mapping[str, Any], live: Live) -> dict[str, Any]:
+    alloc = next_allocation(trace_frame(pod_id, st), live.policy, live.params, live.phase_stats, live.transitions)
+    phase = st["run_phase"]
+    nxt = most_likely_next(phase, live.next_phase) if phase is not None else None
+    return {
+        "kind": "rec", POD_ID: pod_id, SERVICE: st["service"], TS: _timestamp(st["last_ts"]), "step": int(st["last_step"]),
+        "phase": phase, "phase_name": live.name(phase),
+        "phase_since_ts": None if st["run_since_ts"] is None else _timestamp(st["run_since_ts"]),
+        "phase_since_step": st["run_since_step"],
+        "next_phase": None if nxt is None else nxt[0], "next_phase_probability": None if nxt is None else nxt[1],
+        "policy": live.policy, "for_step": int(alloc["step"]), "interval": int(alloc["interval"]),
+        "cpu_cores": _finite(alloc["cpu"]), "mem_bytes": _finite(alloc["mem"]),
+        "cpu_num_cores": _finite(alloc["cpu_limit"]), "mem_limit": _finite(alloc["mem_limit"]),
+        "model_id": live.model_id, "late_samples": int(st["late_samples"]),
+    }
+
+
+def _timestamp(seconds: float) -> pd.Timestamp:
+    return pd.Timestamp(0) + pd.to_timedelta(round(float(seconds) * 1e6), unit="us")
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) else None
+
+
+__all__ = ["LATE_REASON", "Live", "advance", "epoch_seconds", "new_state", "state_from_tuple", "state_to_tuple", "trace_frame"]

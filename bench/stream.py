@@ -1,0 +1,144 @@
+"""Throughput and delay of the live stream (``ai4dl stream``) on a generated fleet (a script that prints figures).
+
+    .venv/bin/python bench/stream.py                                  # default: well under 2 minutes
+    .venv/bin/python bench/stream.py --containers 100 --backlog-steps 500 --feed-seconds 120
+
+Two measurements, one local Spark session (``--master``, default ``local[2]``), the imported reference model
+(no training), policy ``--policy`` (default ``vpa``: the dearest, it replays the container's whole trace at
+every micro-batch):
+
+1. **Sustained rows/s**: ``containers x backlog-steps`` samples ingested into bronze first, then one
+   ``availableNow`` run labels them all and writes phases and recommendations; rows / wall seconds of that run
+   (query start included).
+2. **Delay at a given input rate**: a continuous query (micro-batch every ``--interval`` s) runs while a feeder
+   ingests ``--feed-steps`` new steps of every container every ``--period`` seconds for ``--feed-seconds``
+   (input rate = containers x feed-steps / period rows/s). The delay of a sample is from its ``ingested_at``
+   (bronze's load timestamp, taken when its ingest MERGE starts) to the end of the micro-batch that committed
+   its phase and its container's recommendation; p50 / p99 / max over all fed samples.
+
+The last line is ``BENCH_JSON {...}`` for machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ai4dl.config import load_config  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--containers", type=int, default=20)
+    p.add_argument("--backlog-steps", type=int, default=200)
+    p.add_argument("--feed-steps", type=int, default=3, help="new steps per container and feed period")
+    p.add_argument("--period", type=float, default=5.0, help="seconds between two feeds")
+    p.add_argument("--feed-seconds", type=float, default=40.0)
+    p.add_argument("--interval", type=float, default=1.0, help="micro-batch interval of the continuous query")
+    p.add_argument("--policy", default="vpa")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--reference-model", default=str(ROOT.parent / "shared" / "data" / "reference" / "reference_model.json"))
+    p.add_argument("--work", help="working folder (default: a temporary one, removed)")
+    a = p.parse_args()
+
+    work = Path(a.work or tempfile.mkdtemp(prefix="ai4dl-bench-stream-"))
+    cfg = load_config(None, [
+        f"spark.master={a.master}", "spark.shuffle_partitions=2", "spark.driver_memory=2g",
+        f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}", f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}",
+        f"report.dir={work / 'report'}", f"stream.policy={a.policy}", f"stream.interval_seconds={a.interval}",
+    ])
+    from ai4dl import stages
+    from ai4dl.lake.session import get_spark
+    from ai4dl.lake.tables import Lake
+    from ai4dl.traces.synthetic import generate_fleet, write_fleet
+
+    spark = get_spark(cfg)
+    lake = Lake.for_config(spark, cfg)
+    try:
+        model = stages.import_reference_model(cfg, spark, path=a.reference_model).details["path"]
+        cfg = cfg.replace(label={"model": model})
+        feeds = max(int(a.feed_seconds // a.period), 1)
+        total_steps = a.backlog_steps + feeds * a.feed_steps
+        interval_s = cfg.generate.interval_seconds
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        fleet = generate_fleet(spark, a.containers, total_steps, seed=3, partitions=2)
+        # each container starts at its own offset: cut by step, not by timestamp
+        first_ts = F.min("timestamp").over(Window.partitionBy(F.col("`pod.id`")))
+        fleet = fleet.withColumn("_step", ((F.col("timestamp") - first_ts) / interval_s).cast("int")).cache()
+
+        def write(where: str, path: str) -> str:
+            write_fleet(fleet.where(where).drop("_step"), path, "csv")
+            return path
+
+        backlog = write(f"_step < {a.backlog_steps}", str(work / "raw" / "backlog"))
+        chunks = []
+        for i in range(feeds):
+            lo = a.backlog_steps + i * a.feed_steps
+            chunks.append(write(f"_step >= {lo} AND _step < {lo + a.feed_steps}", str(work / "raw" / f"feed{i:03d}")))
+        stages.ingest(cfg, spark, input=backlog)
+
+        # 1. sustained throughput over the backlog
+        t0 = time.time()
+        first = stages.stream(cfg, spark).details["report"]
+        seconds = time.time() - t0
+        rows = first.phases
+        assert rows == a.containers * a.backlog_steps, f"labelled {rows} of {a.containers * a.backlog_steps} backlog rows"
+        throughput = rows / seconds
+        print(f"throughput: {rows} rows ({a.containers} containers x {a.backlog_steps} steps) in {seconds:.1f}s "
+              f"= {throughput:.0f} rows/s ({first.batches} micro-batch(es), policy {a.policy})")
+
+        # 2. delay at an input rate, continuous trigger
+        rate = a.containers * a.feed_steps / a.period
+        result: dict = {}
+        cont = cfg.replace(stream={"trigger": "continuous", "max_seconds": a.feed_seconds + 30.0})
+
+        def run() -> None:
+            result["report"] = stages.stream(cont, spark, measure_delays=True).details["report"]
+
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        time.sleep(10.0)  # let the query start before the first sample lands
+        fed = 0
+        for path in chunks:
+            t = time.time()
+            stages.ingest(cfg, spark, input=path)
+            fed += a.containers * a.feed_steps
+            time.sleep(max(a.period - (time.time() - t), 0.0))
+        runner.join()
+        report = result["report"]
+        import numpy as np
+
+        d = np.asarray(report.delays)
+        figures = {
+            "containers": a.containers, "backlog_rows": rows, "throughput_rows_per_s": round(throughput, 1),
+            "input_rate_rows_per_s": rate, "fed_rows": fed, "delayed_rows": int(d.size),
+            "delay_p50_s": round(float(np.percentile(d, 50)), 2) if d.size else None,
+            "delay_p99_s": round(float(np.percentile(d, 99)), 2) if d.size else None,
+            "delay_max_s": round(float(d.max()), 2) if d.size else None,
+            "micro_batches": report.batches, "policy": a.policy, "master": a.master,
+            "loadavg": os.getloadavg()[0],
+        }
+        print(f"delay at {rate:.0f} rows/s input (feed every {a.period:.0f}s, micro-batch every {a.interval:.0f}s): "
+              f"p50 {figures['delay_p50_s']}s, p99 {figures['delay_p99_s']}s, max {figures['delay_max_s']}s over "
+              f"{d.size} of {fed} fed rows, {report.batches} micro-batches; load average {figures['loadavg']:.1f}")
+        print("BENCH_JSON " + json.dumps(figures))
+    finally:
+        spark.stop()
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+"""The live stream (``ai4dl stream``): same answers as batch, exactly once, late samples, model changes, and
+the Kubernetes export of its recommendations.
+
+The batch lake (module fixture) runs import-reference-model, ingest, window, label on the DLaaS sample; every
+stream test streams the same samples into its own lake, with the batch lake as ``stream.statistics_lake`` so
+the policy reads the same phase statistics and transitions as the batch replay.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ai4dl import stages
+from ai4dl.lake.tables import Lake
+from ai4dl.method.model import load
+from ai4dl.policies.replay import INPUT_COLUMNS, PolicyParams, allocate, replay_frame, timestamps_seconds
+from ai4dl.stream.online import Live, advance
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = ["pod_id", "ts"]
+
+
+def _phases(lake) -> pd.DataFrame:
+    cols = ["pod_id", "ts", "step", "phase", "distance", "model_id"]
+    return lake.read("phases").select(*cols).toPandas().sort_values(KEY).reset_index(drop=True)
+
+
+def _chunks(sample: Path, out: Path, parts: int) -> list[str]:
+    """The sample cut in time into ``parts`` CSV files (each container's samples in order across them)."""
+    rows = list(csv.reader(sample.open()))
+    header, body = rows[0], sorted(rows[1:], key=lambda r: int(r[0]))
+    paths = []
+    for i, part in enumerate(np.array_split(np.arange(len(body)), parts)):
+        p = out / f"part{i}.csv"
+        with p.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(header)
+            w.writerows(body[j] for j in part)
+        paths.append(str(p))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def batch(spark, tmp_path_factory, test_config, dlaas_sample, reference_model):
+    """The batch answers: the DLaaS sample labelled by the reference model through the stages."""
+    base = tmp_path_factory.mktemp("batch")
+    cfg = test_config.replace(lake={"root": str(base / "lake"), "models": str(base / "models")},
+                              report={"dir": str(base / "report")})
+    model_dir = stages.import_reference_model(cfg, spark, path=str(reference_model)).details["path"]
+    stages.ingest(cfg, spark, input=str(dlaas_sample))
+    stages.window(cfg, spark, scaler_from_model=model_dir)
+    stages.label(cfg, spark, model=model_dir)
+    lake = Lake.for_config(spark, cfg)
+    return {"cfg": cfg, "lake": lake, "model_dir": model_dir, "phases": _phases(lake),
+            "full": lake.read("phases").select(*INPUT_COLUMNS).toPandas()}
+
+
+def _stream_cfg(batch, tmp_path, **stream):
+    return batch["cfg"].replace(
+        lake={"root": str(tmp_path / "lake"), "models": batch["cfg"].lake.models},
+        report={"dir": str(tmp_path / "report")},
+        label={"model": batch["model_dir"]},
+        stream={"statistics_lake": batch["cfg"].lake.root, **stream},
+    )
+
+
+def _expected_allocation(cfg, batch, pod: str, step: int) -> dict[str, float]:
+    """The batch replay's allocation at ``step`` of container ``pod`` (its whole labelled trace known)."""
+    params = PolicyParams.from_config(cfg.policies)
+    live = stages.live_inputs(cfg, load(batch["model_dir"]), "x")
+    df = replay_frame(batch["full"][batch["full"]["pod_id"] == pod])
+    lim = {r: pd.to_numeric(df[c]).ffill().bfill().to_numpy(float) for r, c in (("cpu", "cpu_num_cores"), ("mem", "mem_limit"))}
+    use = {r: pd.to_numeric(df[c]).to_numpy(float) for r, c in (("cpu", "cpu_usage_cores"), ("mem", "mem_current"))}
+    out = {}
+    for r in ("cpu", "mem"):
+        alloc = allocate(cfg.stream.policy, use[r], lim[r], params, df["phase"].to_numpy(object), live.phase_stats, r,
+                         timestamps_seconds(df), live.transitions)
+        out[r] = float(alloc[step])
+    return out
+
+
+@pytest.mark.parametrize("policy", ["phase.proactive", "vpa"])
+def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sample, tmp_path, policy):
+    """Two availableNow runs over a bronze that grows in between: the phases equal ``ai4dl label``'s, and each
+    recommendation equals what the batch replay (knowing the whole trace) allocates at that step."""
+    cfg = _stream_cfg(batch, tmp_path, policy=policy)
+    first, second = _chunks(dlaas_sample, tmp_path, 2)
+    stages.ingest(cfg, spark, input=first)
+    lake = Lake.for_config(spark, cfg)
+    r1 = stages.stream(cfg, spark)
+    recs1 = lake.read("recommendations").toPandas()
+    stages.ingest(cfg, spark, input=second)
+    r2 = stages.stream(cfg, spark)
+    assert r1.written["phases"] + r2.written["phases"] == 204 and r2.written["quarantine"] == 0
+
+    got, want = _phases(lake), batch["phases"]
+    pd.testing.assert_frame_equal(got.drop(columns="distance"), want.drop(columns="distance"))
+    np.testing.assert_allclose(got["distance"].astype(float), want["distance"].astype(float), rtol=1e-9, equal_nan=True)
+
+    recs2 = lake.read("recommendations").toPandas()
+    assert 1 <= len(recs1) <= 4 and len(recs2) == 4  # the first half of the sample spans fewer containers
+    checked = 0
+    for recs in (recs1, recs2):
+        for rec in recs.itertuples():
+            assert rec.for_step == rec.step + 1 and rec.interval == rec.for_step // cfg.policies.interval_steps
+            n = int((batch["full"]["pod_id"] == rec.pod_id).sum())
+            # the replay holds one allocation per interval: compare at for_step, or (past the trace's end) at its
+            # last step when that is still the same interval
+            at = rec.for_step if rec.for_step < n else rec.step
+            if at // cfg.policies.interval_steps != rec.interval:
+                continue
+            want_alloc = _expected_allocation(cfg, batch, rec.pod_id, at)
+            assert math.isclose(rec.cpu_cores, want_alloc["cpu"], rel_tol=1e-12), (rec.pod_id, rec.step)
+            assert math.isclose(rec.mem_bytes, want_alloc["mem"], rel_tol=1e-12), (rec.pod_id, rec.step)
+            checked += 1
+    assert checked >= 5
+    last = recs2.set_index("pod_id")
+    phases = batch["phases"]
+    for pod, rec in last.iterrows():
+        mine = phases[phases["pod_id"] == pod].dropna(subset=["phase"])
+        assert rec["step"] == int(phases[phases["pod_id"] == pod]["step"].max())
+        assert rec["phase"] == int(mine["phase"].iloc[-1]) and rec["phase_name"] == f"phase {rec['phase']}"
+        run = (mine["phase"] != mine["phase"].shift()).cumsum()
+        assert rec["phase_since_step"] == int(mine[run == run.iloc[-1]]["step"].iloc[0])
+        assert rec["model_id"] == load(batch["model_dir"]).model_id and rec["policy"] == policy
+
+
+def test_a_replayed_batch_changes_nothing(spark, batch, dlaas_sample, tmp_path):
+    """Rerunning with a fresh checkpoint replays every batch: the MERGEs keep phases and recommendations."""
+    cfg = _stream_cfg(batch, tmp_path)
+    stages.ingest(cfg, spark, input=str(dlaas_sample))
+    lake = Lake.for_config(spark, cfg)
+    stages.stream(cfg, spark)
+    before = (_phases(lake), lake.read("recommendations").toPandas().sort_values("pod_id").reset_index(drop=True))
+    versions = (lake.version("phases"), lake.version("recommendations"))
+    again = cfg.replace(stream={"checkpoint": str(tmp_path / "other-checkpoint")})
+    stages.stream(again, spark)
+    after = (_phases(lake), lake.read("recommendations").toPandas().sort_values("pod_id").reset_index(drop=True))
+    pd.testing.assert_frame_equal(before[0], after[0])
+    pd.testing.assert_frame_equal(before[1], after[1])
+    from delta.tables import DeltaTable
+
+    merges = DeltaTable.forPath(spark, lake.path("recommendations")).history().where("version > %d" % versions[1])
+    for m in merges.select("operationMetrics").collect():  # Delta may commit the MERGE, but it changes no row
+        assert m[0].get("numTargetRowsInserted", "0") == "0" and m[0].get("numTargetRowsUpdated", "0") == "0"
+
+
+def test_late_samples_are_quarantined_and_counted(batch, dlaas_sample):
+    """The rule, on the pure step: a sample not after the container's last labelled step is a late row with
+    its reason and counted in the state; samples out of order inside one batch are sorted, not late."""
+    model = load(batch["model_dir"])
+    live = Live(model=model, model_id=model.model_id, n_history=3)
+    sample = pd.read_csv(dlaas_sample)
+    pod = sample[sample["pod.id"] == "exec1"].rename(columns=lambda c: c.replace(".", "_")).rename(columns={"timestamp": "ts"})
+    pod["ts"] = pd.to_datetime(pod["ts"], unit="s")
+    pod["behaviour"], pod["source_file"], pod["ingested_at"] = None, "f", pod["ts"]
+    first, rest = pod.iloc[:20], pod.iloc[20:]
+    out1, st = advance("exec1", first.sample(frac=1.0, random_state=1), None, live)  # shuffled: still in order
+    assert (out1["kind"] == "phase").sum() == 20 and st["late_samples"] == 0
+    assert out1[out1["kind"] == "phase"]["step"].tolist() == list(range(20))
+    replayed = pd.concat([first.iloc[[5, 19]], rest])  # one old, one equal to the last labelled ts
+    out2, st2 = advance("exec1", replayed, st, live)
+    late = out2[out2["kind"] == "late"]
+    assert len(late) == 2 and set(late["reason"]) == {"late_sample"} and st2["late_samples"] == 2
+    assert (out2["kind"] == "phase").sum() == len(rest)
+    rec = out2[out2["kind"] == "rec"].iloc[0]
+    assert rec["late_samples"] == 2 and rec["step"] == len(pod) - 1
+
+
+def test_a_new_model_is_picked_up_at_a_batch_boundary_and_logged(spark, batch, dlaas_sample, tmp_path):
+    import shutil
+
+    from ai4dl.method.model import save
+
+    cfg = _stream_cfg(batch, tmp_path)
+    models = tmp_path / "models"
+    shutil.copytree(batch["model_dir"], models / "ai4dl" / "v0001")
+    cfg = cfg.replace(lake={"models": str(models)}, label={"model": None})
+    first, second = _chunks(dlaas_sample, tmp_path, 2)
+    lake = Lake.for_config(spark, cfg)
+    stages.ingest(cfg, spark, input=first)
+    stages.stream(cfg, spark)
+    old = load(models / "ai4dl" / "v0001")
+    moved = old.__class__(old.scaler, old.crbm, old.centers[::-1].copy(), info=old.info)  # same maths, phases renamed
+    save(moved, models / "ai4dl" / "v0002")
+    stages.ingest(cfg, spark, input=second)
+    # the query starts with v0002 (the current model when it starts) ...
+    stages.stream(cfg, spark)
+    phases = lake.read("phases").toPandas()
+    assert set(phases["model_id"]) == {old.model_id, moved.model_id}
+    log = lake.read("run_log").where("job = 'stream' AND status = 'model'").toPandas()
+    assert log["message"].str.contains(moved.model_id).any() and log["message"].str.contains(old.model_id).any()
+
+
+def test_a_model_change_between_batches_restarts_the_query_with_it(spark, batch, lake, cfg):
+    """The check inside a micro-batch: a writer whose model is no longer current refuses the batch before it
+    writes anything and names the model to restart with."""
+    from ai4dl.stream.query import BatchWriter, ModelChanged, StreamReport
+
+    writer = BatchWriter(lake, "m1", lambda: "m2", StreamReport())
+    with pytest.raises(ModelChanged):
+        writer(spark.createDataFrame([], "kind string"), 7)
+    assert writer.pending == "m2" and not lake.exists("phases")
+
+
+# --- SIGKILL mid-stream, restart ----------------------------------------------------------------------------
+
+
+def _batches(checkpoint: Path, kind: str) -> int:
+    folder = checkpoint / kind
+    return len([p for p in folder.iterdir() if p.name.isdigit()]) if folder.is_dir() else 0
+
+
+def _wait_for(condition, proc, log: Path, timeout: float = 400.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f"stream exited early ({proc.returncode}):\n{log.read_text()[-3000:]}")
+        if time.time() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"stream made no progress; log tail:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def test_killed_stream_restarts_without_loss_or_duplicates(spark, batch, dlaas_sample, tmp_path):
+    """``ai4dl stream --trigger continuous`` in its own driver while the sample lands chunk by chunk; SIGKILL
+    while a micro-batch is in flight (offsets logged, commit not), land the rest, restart: phases equal batch,
+    one recommendation per container at its last step, nothing twice."""
+    from ai4dl.cli import main
+
+    cfg = _stream_cfg(batch, tmp_path)
+    chunks = _chunks(dlaas_sample, tmp_path, 5)
+    stages.ingest(cfg, spark, input=chunks[0])
+    checkpoint = tmp_path / "lake" / "_checkpoints" / "stream"
+    sets = [
+        "--set", f"lake.root={cfg.lake.root}", "--set", f"lake.models={cfg.lake.models}",
+        "--set", f"label.model={batch['model_dir']}", "--set", f"stream.statistics_lake={cfg.stream.statistics_lake}",
+        "--set", f"report.dir={tmp_path / 'report'}", "--set", f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}",
+        "--set", "spark.shuffle_partitions=2",
+    ]
+    log = tmp_path / "stream.log"
+    cmd = [sys.executable, "-m", "ai4dl.cli", "stream", "--trigger", "continuous", "--interval", "1",
+           "--master", "local[1]", "--set", "spark.driver_memory=768m", *sets]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        _wait_for(lambda: _batches(checkpoint, "commits") >= 1, proc, log)
+        stages.ingest(cfg, spark, input=chunks[1])
+        _wait_for(lambda: _batches(checkpoint, "commits") >= 2, proc, log)
+        stages.ingest(cfg, spark, input=chunks[2])
+        _wait_for(lambda: _batches(checkpoint, "offsets") > _batches(checkpoint, "commits"), proc, log)
+        in_flight = (_batches(checkpoint, "offsets"), _batches(checkpoint, "commits"))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert in_flight[0] > in_flight[1] >= 2  # killed with a micro-batch started and not committed
+    for chunk in chunks[3:]:
+        stages.ingest(cfg, spark, input=chunk)
+    assert main(["stream", "--trigger", "availableNow", *sets]) == 0
+
+    lake = Lake.for_config(spark, cfg)
+    got = _phases(lake)
+    assert len(got) == 204 and not got.duplicated(KEY).any()
+    pd.testing.assert_frame_equal(got.drop(columns="distance"), batch["phases"].drop(columns="distance"))
+    recs = lake.read("recommendations").toPandas().set_index("pod_id").sort_index()
+    last = batch["phases"].groupby("pod_id")["step"].max().sort_index()
+    assert recs["step"].tolist() == last.tolist()
+    runs = lake.read("run_log").where("job = 'stream'").toPandas()
+    killed = set(runs["run_id"]) - set(runs[runs["status"] == "finished"]["run_id"])
+    assert len(killed) == 1  # the killed run left its "started" (and "model") rows only
+
+    # ... and the recommendations leave as Kubernetes objects, checked by the client's models
+    import yaml
+
+    out = tmp_path / "vpa.yaml"
+    assert main(["recommendations", "--format", "vpa", "--out", str(out), *sets]) == 0
+    docs = list(yaml.safe_load_all(out.read_text()))
+    assert [d["metadata"]["name"] for d in docs] == sorted(recs.index)
+    for doc in docs:
+        rec = recs.loc[doc["metadata"]["name"]]
+        target = doc["status"]["recommendation"]["containerRecommendations"][0]["target"]
+        assert doc["kind"] == "VerticalPodAutoscaler" and doc["spec"]["updatePolicy"]["updateMode"] == "Off"
+        assert target["cpu"] == f"{math.ceil(round(rec['cpu_cores'] * 1000, 6))}m"
+        assert int(target["memory"]) == math.ceil(rec["mem_bytes"])
+    assert main(["recommendations", "--format", "patch", "--out", str(tmp_path / "patch.yaml"), *sets]) == 0
+    patches = list(yaml.safe_load_all((tmp_path / "patch.yaml").read_text()))
+    assert len(patches) == 4 and all(p["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] for p in patches)
+
+
+def test_kubernetes_objects_are_valid_for_the_client_models():
+    """The VPA and the patch read back through the client's models; a bad quantity or name is refused."""
+    from ai4dl.policies.k8s import k8s_name, read_back, resources_patch, vpa_object
+
+    rec = {"pod_id": "Exec_1", "service": "service1", "cpu_cores": 0.2501, "mem_bytes": 1.5e9, "cpu_num_cores": 4.0,
+           "mem_limit": 5.24288e9, "phase": 2, "phase_name": "phase 2", "model_id": "m", "policy": "vpa", "step": 9}
+    vpa = vpa_object(rec, namespace="ml")
+    assert vpa["metadata"]["name"] == "exec-1" and vpa["metadata"]["namespace"] == "ml"
+    target = vpa["status"]["recommendation"]["containerRecommendations"][0]["target"]
+    assert target == {"cpu": "251m", "memory": "1500000000"}
+    ref = read_back(vpa["spec"]["targetRef"], "V1CrossVersionObjectReference")
+    assert (ref.kind, ref.name) == ("Job", "exec-1")
+    template = read_back(resources_patch(rec)["spec"]["template"], "V1PodTemplateSpec")
+    assert template.spec.containers[0].resources.requests == {"cpu": "251m", "memory": "1500000000"}
+    assert template.spec.containers[0].resources.limits == {"cpu": "4000m", "memory": "5242880000"}
+    with pytest.raises(ValueError):
+        k8s_name("___")
