@@ -17,7 +17,7 @@ from ai4dl.lake.tables import TABLES, Lake
 
 VERBS_OF_THE_PRODUCT = {
     "generate", "ingest", "window", "train", "refine", "import-reference-model", "label", "behaviour", "policies",
-    "optimize", "report", "demo",
+    "optimize", "report", "demo", "stream",
 }
 
 
