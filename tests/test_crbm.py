@@ -219,6 +219,17 @@ def test_early_stopping_keeps_best_epoch():
     np.testing.assert_array_equal(r.weights.W, first_only.weights.W)
 
 
+def test_a_terminal_gets_the_bar_and_a_log_gets_plain_lines():
+    x, cond = _two_regime_data(200)
+    kw = dict(n_hidden=3, epochs=3, batch_size=64, seed=1, device="cpu")
+    plain: list[str] = []
+    train_crbm(x, cond, progress=False, log=plain.append, **kw)
+    assert [line.split()[:2] for line in plain] == [["epoch", "1"], ["epoch", "2"], ["epoch", "3"]]
+    with_bar: list[str] = []
+    train_crbm(x, cond, progress=True, log=with_bar.append, **kw)
+    assert not any(line.startswith("epoch") for line in with_bar)  # the bar says it; no second copy per epoch
+
+
 def test_progress_flag_does_not_change_results():
     x, cond = _two_regime_data(300)
     kw = dict(n_hidden=3, epochs=2, seed=4, device="cpu", log=None)

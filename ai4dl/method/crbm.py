@@ -415,8 +415,9 @@ def train_crbm(
                     f"train_crbm: reconstruction error became {epoch_err} in epoch {epoch}; "
                     f"training diverged, lower learning_rate (now {learning_rate}) or rescale the inputs"
                 )
-            log(f"epoch {epoch:3d}  rec_error {epoch_err:.6f}  {time.perf_counter() - t_epoch:.2f}s")
-            if bar is not None:
+            if bar is None:  # a terminal shows the bar; a log file gets one plain line per epoch instead
+                log(f"epoch {epoch:3d}  rec_error {epoch_err:.6f}  {time.perf_counter() - t_epoch:.2f}s")
+            else:
                 bar.update(1)
                 bar.set_postfix(rec_error=f"{epoch_err:.5f}")
             if epoch_err < best_err - min_delta:
