@@ -18,7 +18,7 @@ SYSTEM_PACKAGES = \
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -W "ignore:Editable installation" -m pip install -q -e '.[dev]'  # setuptools' note on editable installs
 	touch $(STAMP)
 
 system-deps:

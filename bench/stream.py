@@ -49,6 +49,7 @@ def main() -> None:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--reference-model", default=str(ROOT.parent / "shared" / "data" / "reference" / "reference_model.json"))
     p.add_argument("--work", help="working folder (default: a temporary one, removed)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     a = p.parse_args()
 
     work = Path(a.work or tempfile.mkdtemp(prefix="ai4dl-bench-stream-"))
@@ -56,6 +57,7 @@ def main() -> None:
         f"spark.master={a.master}", "spark.shuffle_partitions=2", "spark.driver_memory=2g",
         f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}", f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}",
         f"report.dir={work / 'report'}", f"stream.policy={a.policy}", f"stream.interval_seconds={a.interval}",
+        *a.set,
     ])
     from ai4dl import stages
     from ai4dl.lake.session import get_spark

@@ -47,3 +47,11 @@ def test_uri_lake_roots_are_not_made_local():
 
     conf = build_spark_conf(load_config(None, ["lake.root=abfss://c@acct.dfs.core.windows.net/lake"]))
     assert conf["spark.sql.warehouse.dir"] == "abfss://c@acct.dfs.core.windows.net/lake/_warehouse"
+
+
+def test_the_users_driver_java_options_come_after_the_logging_profile():
+    from ai4dl.config import load_config
+    from ai4dl.lake.session import LOG4J2_PROPERTIES, build_spark_conf
+
+    conf = build_spark_conf(load_config(None, ['spark.conf={"spark.driver.extraJavaOptions": "-Xss8m"}']))
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} -Xss8m"

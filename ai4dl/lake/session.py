@@ -51,7 +51,10 @@ def build_spark_conf(cfg: "Config") -> dict[str, str]:
     conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}"
     if s.ivy_cache:
         conf["spark.jars.ivy"] = str(Path(s.ivy_cache).absolute())
-    conf.update({k: str(v) for k, v in (s.conf or {}).items()})
+    for key, value in (s.conf or {}).items():
+        if key == "spark.driver.extraJavaOptions":  # the user's options come after ours, not instead of them
+            value = f"{conf[key]} {value}"
+        conf[key] = str(value)
     return conf
 
 
