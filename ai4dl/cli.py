@@ -71,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--model", help="model directory (default: label.model, else the latest trained version, "
                     "checked again at every micro-batch)")
     st.add_argument("--checkpoint", help="checkpoint folder (default: <lake.root>/_checkpoints/stream)")
+    st.add_argument("--input", dest="stream_input", metavar="FOLDER", help="a folder to watch: its new trace files are ingested "
+                    "(same validation and quarantine as `ingest`) and labelled (stream.input)")
 
     rc = sub.add_parser("recommendations", parents=[common], help="the live recommendations as Kubernetes objects (YAML)")
     rc.add_argument("--format", default="vpa", choices=["vpa", "patch"],
@@ -161,7 +163,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     out = list(args.overrides)
     if args.master:
         out.append(f"spark.master={args.master}")
-    for flag, key in (("trigger", "stream.trigger"), ("interval", "stream.interval_seconds"), ("checkpoint", "stream.checkpoint")):
+    for flag, key in (("trigger", "stream.trigger"), ("interval", "stream.interval_seconds"), ("checkpoint", "stream.checkpoint"),
+                      ("stream_input", "stream.input")):
         value = getattr(args, flag, None)
         if value is not None:
             out.append(f"{key}={value}")

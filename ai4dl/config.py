@@ -266,6 +266,14 @@ class StreamConfig:
     # The lake whose phases give the policy's phase statistics and transitions (the training fleet's, as the
     # replay's) and the next-phase probabilities; None: this lake.
     statistics_lake: str | None = None
+    # A folder watched for new trace files (ingest.format, read and validated as `ingest` does: same columns,
+    # same quarantine); each micro-batch's new files are ingested into bronze, which the stream then labels.
+    # Files must appear whole (written elsewhere, then moved in). None: bronze is fed by `ingest` runs.
+    input: str | None = None
+    # A container without a new sample for this long is finished: its state (window, trace) is dropped at a
+    # batch boundary. If it ever sends again, it starts a new trace (steps from 0, no history); its phases
+    # stay, its recommendation row is replaced by the newer one. None: state is kept forever.
+    state_ttl_hours: float | None = _key(24.0, lo=0, lo_open=True)
 
 
 @dataclass(frozen=True)

@@ -543,16 +543,25 @@ def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: boo
         print(f"stream: model {model_id} from {path}")
         tables.log_event(lake, run_id, "stream", cfg.digest, started, "model", f"model {model_id} from {path}")
 
-    if not lake.exists("bronze"):
+    if s.input:
+        from ai4dl.lake.tables import ensure_table, spec
+
+        bronze = spec("bronze")  # the folder feeds bronze: the table the stream reads exists from the start
+        ensure_table(spark, lake.path("bronze"), bronze.schema, bronze.partition_by)
+    elif not lake.exists("bronze"):
         from ai4dl.errors import MissingTableError
 
-        raise MissingTableError(f"table 'bronze' does not exist yet at {lake.path('bronze')}; run ingest first")
+        raise MissingTableError(f"table 'bronze' does not exist yet at {lake.path('bronze')}; run ingest first "
+                                "(or set stream.input to a folder the stream ingests)")
     report = run_stream(
         lake, prepare, current_model, stream_checkpoint(cfg), s.trigger, s.interval_seconds, s.max_seconds,
-        s.max_files_per_trigger, on_model, measure_delays,
+        s.max_files_per_trigger, on_model, measure_delays, s.state_ttl_hours, s.input, cfg.ingest,
     )
     print(f"stream: {report.summary()} in {report.seconds:.1f}s")
-    written = {"phases": report.phases, "recommendations": report.recommendations, "quarantine": report.late}
+    written = {"phases": report.phases, "recommendations": report.recommendations,
+               "quarantine": report.late + report.quarantined}
+    if s.input:
+        written["bronze"] = report.ingested
     return _Output(written, details={"report": report})
 
 

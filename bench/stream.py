@@ -98,6 +98,7 @@ def main() -> None:
         rows = first.phases
         assert rows == a.containers * a.backlog_steps, f"labelled {rows} of {a.containers * a.backlog_steps} backlog rows"
         throughput = rows / seconds
+        print(f"backlog micro-batch by part: " + ", ".join(f"{k} {v:.1f}s" for k, v in first.parts.items()))
         print(f"throughput: {rows} rows ({a.containers} containers x {a.backlog_steps} steps) in {seconds:.1f}s "
               f"= {throughput:.0f} rows/s ({first.batches} micro-batch(es), policy {a.policy})")
 
@@ -135,6 +136,9 @@ def main() -> None:
         print(f"delay at {rate:.0f} rows/s input (feed every {a.period:.0f}s, micro-batch every {a.interval:.0f}s): "
               f"p50 {figures['delay_p50_s']}s, p99 {figures['delay_p99_s']}s, max {figures['delay_max_s']}s over "
               f"{d.size} of {fed} fed rows, {report.batches} micro-batches; load average {figures['loadavg']:.1f}")
+        parts = ", ".join(f"{k} {v:.1f}s" for k, v in report.parts.items())
+        print(f"micro-batch time by part (continuous run, summed): {parts}; total {sum(report.batch_seconds):.1f}s")
+        figures["batch_parts_s"] = {k: round(v, 2) for k, v in report.parts.items()}
         print("BENCH_JSON " + json.dumps(figures))
     finally:
         spark.stop()

@@ -214,6 +214,64 @@ def test_a_model_change_between_batches_restarts_the_query_with_it(spark, batch,
     assert writer.pending == "m2" and not lake.exists("phases")
 
 
+def test_files_landing_in_a_folder_are_validated_ingested_and_labelled(spark, batch, dlaas_sample, tmp_path):
+    """``stream.input``: each run ingests the folder's new files with ``ingest``'s rules (a bad row quarantined
+    with its reason, a file without the required columns quarantined whole, the rest ingested) and labels
+    them: the phases equal ``ai4dl label``'s; a file seen once is never ingested again."""
+    import shutil
+
+    folder = tmp_path / "incoming"
+    folder.mkdir()
+    first, second = _chunks(dlaas_sample, tmp_path, 2)
+    rows = list(csv.reader(open(first)))
+    bad = list(rows[-1])
+    bad[0], bad[rows[0].index("mem.current")] = str(int(bad[0]) + 1), "lots"  # one row that cannot be a sample
+    with open(folder / "a.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows([*rows, bad])
+    (folder / "other.csv").write_text("foo,bar\n1,2\n")  # not a trace export
+    cfg = _stream_cfg(batch, tmp_path, input=str(folder))
+    lake = Lake.for_config(spark, cfg)
+
+    r1 = stages.stream(cfg, spark).details["report"]
+    assert (r1.files, r1.quarantined) == (2, 2) and r1.ingested == r1.phases == len(rows) - 1
+    quarantine = lake.read("quarantine").toPandas()
+    refused = quarantine[quarantine["reason"] == "file_refused"]
+    assert len(refused) == 1 and refused["source_file"].iloc[0].endswith("other.csv")
+    assert "mem.current" in refused["raw"].iloc[0]  # the refusal says what is missing
+    assert len(quarantine) == 2 and "lots" in quarantine[quarantine["reason"] != "file_refused"]["raw"].iloc[0]
+
+    shutil.copy(second, folder / "b.csv")
+    r2 = stages.stream(cfg, spark).details["report"]
+    assert r2.files == 1 and r2.quarantined == 0
+    got, want = _phases(lake), batch["phases"]
+    pd.testing.assert_frame_equal(got.drop(columns="distance"), want.drop(columns="distance"))
+    r3 = stages.stream(cfg, spark).details["report"]
+    assert (r3.files, r3.phases) == (0, 0) and lake.count("quarantine") == 2 and lake.count("bronze") == 204
+
+
+def test_a_finished_containers_state_expires_and_a_new_trace_starts(spark, batch, dlaas_sample, tmp_path):
+    """``stream.state_ttl_hours``: past it, a container's state is gone; samples it sends later start a new
+    trace (steps from 0, no history: the first n_history steps unlabelled) and replace its recommendation."""
+    cfg = _stream_cfg(batch, tmp_path, state_ttl_hours=1e-6)  # 3.6 ms: expired by the next run
+    first, second = _chunks(dlaas_sample, tmp_path, 2)
+    lake = Lake.for_config(spark, cfg)
+    stages.ingest(cfg, spark, input=first)
+    stages.stream(cfg, spark)
+    before = lake.read("recommendations").toPandas().set_index("pod_id")
+    stages.ingest(cfg, spark, input=second)
+    stages.stream(cfg, spark)
+    phases = lake.read("phases").toPandas()
+    second_ts = pd.to_datetime(pd.read_csv(second)["timestamp"], unit="s")
+    both = [p for p in before.index if (phases[(phases["pod_id"] == p)]["ts"].isin(second_ts)).any()]
+    assert both, "a container spans both halves of the sample"
+    for pod in both:
+        again = phases[(phases["pod_id"] == pod) & phases["ts"].isin(second_ts)].sort_values("ts")
+        assert again["step"].tolist() == list(range(len(again)))
+        assert again["phase"].iloc[:3].isna().all()
+        rec = lake.read("recommendations").where(f"pod_id = '{pod}'").toPandas().iloc[0]
+        assert rec["ts"] > before.loc[pod, "ts"] and rec["step"] == len(again) - 1
+
+
 # --- SIGKILL mid-stream, restart ----------------------------------------------------------------------------
 
 

@@ -52,14 +52,27 @@ class StreamReport:
     phases: int = 0
     recommendations: int = 0
     late: int = 0
+    files: int = 0  # files ingested from stream.input
+    ingested: int = 0  # rows they added to bronze
+    quarantined: int = 0  # rows of theirs quarantined by ingest's rules
     models: list[str] = field(default_factory=list)
     seconds: float = 0.0
     batch_seconds: list[float] = field(default_factory=list)
     delays: list[float] = field(default_factory=list)  # seconds from a sample landing in bronze to its rows committed
+    # seconds per part of the micro-batches, summed: "compute" (the stateful step, forced by the counts),
+    # then one entry per table written; where a batch's time goes, for bench/stream.py
+    parts: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, part: str, since: float) -> float:
+        now = time.time()
+        self.parts[part] = self.parts.get(part, 0.0) + now - since
+        return now
 
     def summary(self) -> str:
-        return (f"{self.batches} micro-batches, {self.phases} steps labelled, {self.recommendations} recommendations "
-                f"updated, {self.late} late samples quarantined; models {', '.join(self.models) or '-'}")
+        files = (f"{self.files} new files: {self.ingested} rows into bronze, {self.quarantined} quarantined; "
+                 if self.files else "")
+        return (f"{files}{self.batches} micro-batches, {self.phases} steps labelled, {self.recommendations} "
+                f"recommendations updated, {self.late} late samples quarantined; models {', '.join(self.models) or '-'}")
 
 
 def bronze_stream(lake: Lake, max_files_per_trigger: int) -> DataFrame:
@@ -77,18 +90,82 @@ def bronze_stream(lake: Lake, max_files_per_trigger: int) -> DataFrame:
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
-def live_rows(source: DataFrame, live: Live) -> DataFrame:
+def files_stream(lake: Lake, folder: str, max_files_per_trigger: int) -> DataFrame:
+    """The paths of new files in ``folder`` (recursively; hidden ``.``/``_`` files skipped, as Spark's file
+    source does), one micro-batch's worth at a time. ``binaryFile`` with only ``path`` selected lists files and
+    never reads them: the rows are read by :func:`ai4dl.traces.ingest.ingest`, each file by its own header."""
+    return (
+        lake.spark.readStream.format("binaryFile")
+        .schema("path string, modificationTime timestamp, length long, content binary")  # the format's own
+        .option("recursiveFileLookup", "true")
+        .option("maxFilesPerTrigger", str(int(max_files_per_trigger)))
+        .load(folder)
+        .select("path")
+    )
+
+
+class FilesIntoBronze:
+    """The ``foreachBatch`` sink of the folder source: the batch's new files through ``ingest`` (same
+    validation, same quarantine, insert-only MERGEs), so a batch replayed after a crash inserts nothing twice."""
+
+    def __init__(self, lake: Lake, settings: Any, report: "StreamReport") -> None:
+        self.lake, self.settings, self.report = lake, settings, report
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from ai4dl.errors import InputError
+        from ai4dl.traces.ingest import ingest
+
+        paths = sorted(r["path"] for r in batch.collect())
+        if not paths:
+            return
+        t0 = time.time()
+        lake = Lake(batch.sparkSession, self.lake.root)
+        try:
+            results = [ingest(lake, self.settings, path=paths)]
+        except InputError:
+            # A file that `ingest` refuses whole (no header, required columns missing, unreadable) must not stop
+            # the stream nor hold back the good files beside it: each file alone, the refused ones quarantined.
+            results = []
+            for path in paths:
+                try:
+                    results.append(ingest(lake, self.settings, path=path))
+                except InputError as exc:
+                    self.report.quarantined += refuse_file(lake, path, str(exc))
+        self.report.files += len(paths)
+        self.report.ingested += sum(r.inserted for r in results)
+        self.report.quarantined += sum(r.quarantined for r in results)
+        self.report.timed("ingest", t0)
+
+
+REFUSED_FILE_REASON = "file_refused"
+
+
+def refuse_file(lake: Lake, path: str, message: str) -> int:
+    """One quarantine row for a whole file ``ingest`` refused: its path, the refusal as ``raw``; a replay after a
+    crash finds the row already there (insert-only MERGE on file, hash, reason)."""
+    from ai4dl.traces.ingest import to_quarantine
+
+    row = lake.spark.createDataFrame([(path, message, REFUSED_FILE_REASON)], "source_file string, raw string, reasons string")
+    return lake.merge_new("quarantine", to_quarantine(row)).inserted
+
+
+def live_rows(source: DataFrame, live: Live, state_ttl_hours: float | None = None) -> DataFrame:
     """The stateful step: :func:`ai4dl.stream.online.advance` per container and micro-batch, its state a value
     state (``STREAM_STATE``) of ``transformWithStateInPandas``, its rows in ``STREAM_OUTPUT``.
 
     ``transformWithStateInPandas`` rather than ``applyInPandasWithState``: with pyarrow 26 the latter's
     serializer reads the chunk offsets of a group through a struct with null rows, gets floats, and fails
-    (``RecordBatch.slice``) as soon as a group has several rows. It needs the RocksDB state store."""
+    (``RecordBatch.slice``) as soon as a group has several rows. It needs the RocksDB state store.
+
+    ``state_ttl_hours``: the state's time to live since its last update (processing time): a finished
+    container's state is removed by Spark in the next micro-batch, so the store holds the running fleet only."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    ttl_ms = None if state_ttl_hours is None else max(int(float(state_ttl_hours) * 3_600_000), 1)
 
     class ContainerProcessor(StatefulProcessor):
         def init(self, handle: Any) -> None:
-            self.state = handle.getValueState("container", STREAM_STATE)
+            self.state = handle.getValueState("container", STREAM_STATE, ttl_ms)
 
         def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any = None) -> Iterator[pd.DataFrame]:
             batch = pd.concat(list(rows), ignore_index=True)
@@ -102,8 +179,12 @@ def live_rows(source: DataFrame, live: Live) -> DataFrame:
             pass
 
     source.sparkSession.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    # TTL needs the ProcessingTime time mode, whose operator asks for a batch after every batch, data or not:
+    # an availableNow query would never end. Batches run on new data only; expired state is dropped then.
+    source.sparkSession.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     return source.groupBy(POD_ID).transformWithStateInPandas(
-        statefulProcessor=ContainerProcessor(), outputStructType=STREAM_OUTPUT, outputMode="Append", timeMode="None"
+        statefulProcessor=ContainerProcessor(), outputStructType=STREAM_OUTPUT, outputMode="Append",
+        timeMode="None" if ttl_ms is None else "ProcessingTime",
     )
 
 
@@ -145,18 +226,24 @@ class BatchWriter:
         t0 = time.time()
         lake = Lake(batch.sparkSession, self.lake.root)  # the query's session (a clone of the caller's)
         rows = batch.persist()
+        report = self.report
         try:
             counts = {r["kind"]: r["count"] for r in rows.groupBy("kind").count().collect()}
+            t = report.timed("compute", t0)
             if counts.get("phase"):
                 lake.merge_new("phases", rows.where("kind = 'phase'"))
+                t = report.timed("phases", t)
             if counts.get("late"):
                 from ai4dl.traces.ingest import to_quarantine
 
                 late = rows.where("kind = 'late'").select("source_file", "raw", F.col("reason").alias("reasons"))
                 lake.merge_new("quarantine", to_quarantine(late))
+                t = report.timed("quarantine", t)
             if counts.get("rec"):
                 recs = rows.where("kind = 'rec'").withColumn("updated_at", F.current_timestamp())
-                lake.upsert_newer("recommendations", recs.select(*spec("recommendations").schema.fieldNames()), "step")
+                # newer = a later sample (ts), not a higher step: a container whose state expired starts again at 0
+                lake.upsert_newer("recommendations", recs.select(*spec("recommendations").schema.fieldNames()), TS)
+                t = report.timed("recommendations", t)
             if self.measure_delays and counts.get("phase"):
                 landed = rows.where("kind = 'phase'").select(F.col("ingested_at").cast("double")).collect()
                 now = time.time()
@@ -181,46 +268,95 @@ def run_stream(
     max_files_per_trigger: int = 1_000_000,
     on_model: Callable[[str, str], None] | None = None,
     measure_delays: bool = False,
+    state_ttl_hours: float | None = None,
+    input_folder: str | None = None,
+    ingest_settings: Any = None,
 ) -> StreamReport:
     """Run the stream until bronze is drained (``availableNow``) or, ``continuous``, a micro-batch every
     ``interval_seconds`` until ``max_seconds`` (None: until stopped). ``prepare(model_path)`` gives the
     :class:`Live` inputs of a model; ``current_model()`` the model path to use now (asked at every batch
-    boundary); ``on_model(path, model_id)`` is told each model the stream starts with."""
+    boundary); ``on_model(path, model_id)`` is told each model the stream starts with.
+
+    ``input_folder``: a second query ingests the folder's new files into bronze (``ingest_settings``: the
+    ingest section), its checkpoint beside ``checkpoint`` (``<checkpoint>-files``). ``availableNow`` ingests
+    every new file first, then labels; ``continuous`` runs both queries side by side, and a failure of either
+    stops both."""
     from pyspark.errors import StreamingQueryException
 
     report = StreamReport()
     t0 = time.time()
-    path = current_model()
-    while True:
-        live = prepare(path)
-        report.models.append(live.model_id)
-        if on_model is not None:
-            on_model(path, live.model_id)
-        writer = BatchWriter(lake, path, current_model, report, measure_delays)
-        out = live_rows(bronze_stream(lake, max_files_per_trigger), live)
-        stream = out.writeStream.foreachBatch(writer).option("checkpointLocation", checkpoint).outputMode("append")
+    feeder = None
+    if input_folder:
+        feeder = _start_feeder(lake, input_folder, ingest_settings, report, checkpoint.rstrip("/") + "-files",
+                               trigger, interval_seconds, max_files_per_trigger)
         if trigger == "availableNow":
-            stream = stream.trigger(availableNow=True)
-        else:
-            stream = stream.trigger(processingTime=f"{float(interval_seconds)} seconds")
-        query = stream.start()
-        try:
-            if trigger == "availableNow" or max_seconds is None:
-                query.awaitTermination()
+            feeder.awaitTermination()
+            feeder = None
+    path = current_model()
+    try:
+        while True:
+            live = prepare(path)
+            report.models.append(live.model_id)
+            if on_model is not None:
+                on_model(path, live.model_id)
+            writer = BatchWriter(lake, path, current_model, report, measure_delays)
+            out = live_rows(bronze_stream(lake, max_files_per_trigger), live, state_ttl_hours)
+            stream = out.writeStream.foreachBatch(writer).option("checkpointLocation", checkpoint).outputMode("append")
+            if trigger == "availableNow":
+                stream = stream.trigger(availableNow=True)
             else:
-                left = max(float(max_seconds) - (time.time() - t0), 0.0)
-                if not query.awaitTermination(left):
-                    _stop_between_batches(query)
-        except StreamingQueryException:
-            if writer.pending is None:
-                raise
-            path = writer.pending
-            continue
-        except KeyboardInterrupt:
-            _stop_between_batches(query)
-        break
+                stream = stream.trigger(processingTime=f"{float(interval_seconds)} seconds")
+            query = stream.start()
+            try:
+                if trigger == "availableNow":
+                    query.awaitTermination()
+                else:
+                    deadline = None if max_seconds is None else t0 + float(max_seconds)
+                    if not _await(query, feeder, deadline):
+                        _stop_between_batches(query)
+            except StreamingQueryException:
+                if writer.pending is None:
+                    raise
+                path = writer.pending
+                continue
+            except KeyboardInterrupt:
+                _stop_between_batches(query)
+            break
+    finally:
+        if feeder is not None:
+            _stop_between_batches(feeder)
     report.seconds = time.time() - t0
     return report
+
+
+def _start_feeder(lake: Lake, folder: str, settings: Any, report: StreamReport, checkpoint: str, trigger: str,
+                  interval_seconds: float, max_files_per_trigger: int) -> Any:
+    stream = (
+        files_stream(lake, folder, max_files_per_trigger).writeStream
+        .foreachBatch(FilesIntoBronze(lake, settings, report)).option("checkpointLocation", checkpoint)
+    )
+    if trigger == "availableNow":
+        stream = stream.trigger(availableNow=True)
+    else:
+        stream = stream.trigger(processingTime=f"{float(interval_seconds)} seconds")
+    return stream.start()
+
+
+def _await(query: Any, feeder: Any, deadline: float | None) -> bool:
+    """Wait for ``query`` to end (True) or ``deadline`` (False); a failed ``feeder`` stops ``query`` and its
+    error is raised: a stream that has stopped reading its folder must not look alive."""
+    while True:
+        wait = 1.0 if deadline is None else min(1.0, deadline - time.time())
+        if wait <= 0:
+            return False
+        if query.awaitTermination(wait):
+            return True
+        if feeder is not None and not feeder.isActive:
+            error = feeder.exception()
+            _stop_between_batches(query)
+            if error is not None:
+                raise error
+            return True
 
 
 def _stop_between_batches(query: Any, patience: float = 60.0) -> None:
@@ -232,4 +368,7 @@ def _stop_between_batches(query: Any, patience: float = 60.0) -> None:
     query.stop()
 
 
-__all__ = ["BatchWriter", "ModelChanged", "StreamReport", "bronze_stream", "live_rows", "run_stream"]
+__all__ = [
+    "BatchWriter", "FilesIntoBronze", "ModelChanged", "StreamReport", "bronze_stream", "files_stream", "live_rows",
+    "refuse_file", "run_stream",
+]

@@ -128,9 +128,11 @@ def _split_line(line: str, delimiter: str) -> list[str]:
     return next(csv.reader([line], delimiter=delimiter), [])
 
 
-def list_files(spark: SparkSession, path: str) -> list[str]:
-    """The data files of a file, folder (recursively) or glob, as Spark would read them (hidden ``.``/``_``
-    files skipped), sorted; through Hadoop's FileSystem so local paths and URIs list alike."""
+def list_files(spark: SparkSession, path: str | list[str]) -> list[str]:
+    """The data files of a file, folder (recursively) or glob, or of a list of them, as Spark would read them
+    (hidden ``.``/``_`` files skipped), sorted; through Hadoop's FileSystem so local paths and URIs list alike."""
+    if not isinstance(path, str):
+        return sorted({f for p in path for f in list_files(spark, p)})
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     pattern = jvm.org.apache.hadoop.fs.Path(path)
@@ -243,7 +245,7 @@ def describe_csv(spark: SparkSession, path: str, delimiter: str = "auto") -> Csv
     return CsvFile(path, tuple(header), index, delimiter)
 
 
-def read_csv_by_header(spark: SparkSession, path: str, delimiter: str = "auto") -> tuple[DataFrame | None, list[CsvFile]]:
+def read_csv_by_header(spark: SparkSession, path: str | list[str], delimiter: str = "auto") -> tuple[DataFrame | None, list[CsvFile]]:
     """Every file read by its own header, then the files united by column name.
 
     Spark's CSV reader takes one header for a whole folder and reads the other files by position, so a file
@@ -482,12 +484,17 @@ def to_quarantine(bad: DataFrame) -> DataFrame:
     return df.select(*[F.col(f.name).cast(f.dataType) for f in QUARANTINE.fields])
 
 
-def ingest(lake: Lake, settings: IngestConfig, path: str | None = None, fmt: str | None = None) -> IngestResult:
-    """Ingest one export (file, folder or glob) into bronze and quarantine; rerunning it changes nothing."""
+def ingest(lake: Lake, settings: IngestConfig, path: str | list[str] | None = None, fmt: str | None = None) -> IngestResult:
+    """Ingest one export (file, folder or glob; or a list of them, e.g. the new files of a stream's
+    micro-batch) into bronze and quarantine; rerunning it changes nothing."""
     spark = lake.spark
     path = path or settings.input
     if not path:
         raise InputError("no input: pass a path or set ingest.input")
+    if not isinstance(path, str):
+        paths = list(path)
+        path = paths[0] if len(paths) == 1 else paths
+    where = path if isinstance(path, str) else f"{path[0]} and {len(path) - 1} more files"
     fmt = fmt or settings.format
     mapping = column_mapping(dict(settings.columns))
     try:
@@ -496,7 +503,7 @@ def ingest(lake: Lake, settings: IngestConfig, path: str | None = None, fmt: str
             for f in files:
                 check_columns(list(f.columns), mapping, display_path(f.path), f.delimiter)
             if source is None:
-                raise InputError(f"{path}: empty input (no header)")
+                raise InputError(f"{where}: empty input (no header)")
         else:
             source = read_source(spark, path, fmt, settings.delimiter)
     except InputError:
@@ -504,11 +511,11 @@ def ingest(lake: Lake, settings: IngestConfig, path: str | None = None, fmt: str
     except Exception as exc:  # Spark's AnalysisException for a missing path: say it in one line
         text = str(exc)
         if "PATH_NOT_FOUND" in text or "does not exist" in text:
-            raise InputError(f"{path}: no such input") from None
+            raise InputError(f"{where}: no such input") from None
         if "UNABLE_TO_INFER_SCHEMA" in text or "DELTA_MISSING_DELTA_TABLE" in text or "not a Delta table" in text:
-            raise InputError(f"{path}: cannot read as {fmt} ({text.splitlines()[0][:200]})") from None
+            raise InputError(f"{where}: cannot read as {fmt} ({text.splitlines()[0][:200]})") from None
         raise
-    return ingest_source(lake, settings, source, path)
+    return ingest_source(lake, settings, source, where)
 
 
 def ingest_source(lake: Lake, settings: IngestConfig, source: DataFrame, where: str) -> IngestResult:
