@@ -272,6 +272,21 @@ def test_a_finished_containers_state_expires_and_a_new_trace_starts(spark, batch
         assert rec["ts"] > before.loc[pod, "ts"] and rec["step"] == len(again) - 1
 
 
+def test_the_phases_merge_prunes_by_an_exact_instant_in_any_session_time_zone(spark):
+    """The MERGE's ``t.ts >= <batch's first ts>`` must hold the stored rows of that very instant: the literal is
+    exact to the microsecond and carries its zone."""
+    from ai4dl.stream.query import _ts_literal
+
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    try:
+        for tz in ("UTC", "America/New_York", "Asia/Kolkata"):
+            spark.conf.set("spark.sql.session.timeZone", tz)
+            for micros in (1565962220000000, 1565962220123457, -1):
+                assert spark.sql(f"SELECT {_ts_literal(micros)} = timestamp_micros({micros})").first()[0], (tz, micros)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+
+
 # --- SIGKILL mid-stream, restart ----------------------------------------------------------------------------
 
 

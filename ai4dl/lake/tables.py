@@ -54,7 +54,7 @@ TABLES: dict[str, TableSpec] = {
     "policy_replay": TableSpec("gold/policy_replay", S.POLICY_REPLAY),
     "policy_frontier": TableSpec("gold/policy_frontier", S.POLICY_FRONTIER),
     "policy_calibration": TableSpec("gold/policy_calibration", S.POLICY_CALIBRATION),
-    # key: one row per container, replaced by the stream only with a newer step (see upsert_newer).
+    # key: one row per container, replaced by the stream only with a newer sample (see upsert_newer).
     "recommendations": TableSpec("gold/recommendations", S.RECOMMENDATIONS, (), (S.POD_ID,)),
     "run_log": TableSpec("_meta/run_log", S.RUN_LOG),
 }
@@ -131,13 +131,20 @@ class Lake:
         s = spec(name)
         overwrite(df, self.path(name), s.schema, s.partition_by, properties)
 
-    def merge_new(self, name: str, df: DataFrame) -> "MergeOutcome":
+    def merge_new(self, name: str, df: DataFrame, *, target_filter: str | None = None, create: bool = True,
+                  record_version: bool = True) -> "MergeOutcome":
         s = spec(name)
-        return merge_new(df, self.path(name), s.schema, list(s.key), s.partition_by)
+        return merge_new(df, self.path(name), s.schema, list(s.key), s.partition_by, target_filter=target_filter,
+                         create=create, record_version=record_version)
 
-    def upsert_newer(self, name: str, df: DataFrame, order: str) -> "MergeOutcome":
+    def upsert_newer(self, name: str, df: DataFrame, order: str, *, create: bool = True) -> "MergeOutcome":
         s = spec(name)
-        return upsert_newer(df, self.path(name), s.schema, list(s.key), order, s.partition_by)
+        return upsert_newer(df, self.path(name), s.schema, list(s.key), order, s.partition_by, create=create)
+
+    def ensure(self, name: str) -> None:
+        """Create the table (declared schema, partitioning) unless it exists."""
+        s = spec(name)
+        ensure_table(self.spark, self.path(name), s.schema, s.partition_by)
 
     def properties(self, name: str) -> dict[str, str]:
         return properties(self.spark, self.path(name))
@@ -367,7 +374,8 @@ class MergeOutcome:
 
 
 def merge_new(
-    df: DataFrame, path: str, schema: StructType, key: list[str], partition_by: Iterable[str] = ()
+    df: DataFrame, path: str, schema: StructType, key: list[str], partition_by: Iterable[str] = (), *,
+    target_filter: str | None = None, create: bool = True, record_version: bool = True,
 ) -> MergeOutcome:
     """Insert the rows of ``df`` whose key is not in the table yet; create the table on first write.
 
@@ -375,13 +383,22 @@ def merge_new(
     concurrent-modification exception; an insert-only MERGE re-run against the new snapshot is safe (it re-checks
     every key, so a row the other writer inserted is not inserted twice) and is retried up to
     :data:`MERGE_RETRIES` times. Rows already stored are never rewritten, so a rerun of the same input is a no-op.
+
+    ``target_filter``: a condition on the table's rows (``t.``) that every row sharing a key with ``df`` meets,
+    e.g. ``t.ts >= '<the batch's oldest ts>'``: Delta then skips the files outside it (their min/max
+    statistics), so a small MERGE into a large table reads what it may match, not the table. ``create=False``
+    skips the existence check (the caller made the table); ``record_version=False`` skips reading the history
+    for the version committed (``version`` is then None).
     """
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
-    ensure_table(spark, path, schema, partition_by)
+    if create:
+        ensure_table(spark, path, schema, partition_by)
     df = df.select(*schema.fieldNames())
     cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in key)
+    if target_filter:
+        cond = f"({target_filter}) AND {cond}"
     token = uuid.uuid4().hex
     conf_key = COMMIT_METADATA_CONF
     previous = spark.conf.get(conf_key, None)
@@ -402,11 +419,12 @@ def merge_new(
             spark.conf.set(conf_key, previous)
     row = metrics.first() if metrics is not None else None
     inserted = int(row["num_inserted_rows"]) if row is not None and "num_inserted_rows" in row.asDict() else 0
-    return MergeOutcome(inserted=inserted, version=_committed_version(spark, path, token))
+    return MergeOutcome(inserted=inserted, version=_committed_version(spark, path, token) if record_version else None)
 
 
 def upsert_newer(
-    df: DataFrame, path: str, schema: StructType, key: list[str], order: str, partition_by: Iterable[str] = ()
+    df: DataFrame, path: str, schema: StructType, key: list[str], order: str, partition_by: Iterable[str] = (), *,
+    create: bool = True,
 ) -> MergeOutcome:
     """One row per ``key``: insert a new key, replace a stored row only by one whose ``order`` column is greater.
 
@@ -418,7 +436,8 @@ def upsert_newer(
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
-    ensure_table(spark, path, schema, partition_by)
+    if create:
+        ensure_table(spark, path, schema, partition_by)
     df = df.select(*schema.fieldNames())
     cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in key)
     for attempt in range(MERGE_RETRIES):

@@ -217,6 +217,7 @@ class BatchWriter:
         self.lake, self.model_path, self.current_model = lake, model_path, current_model
         self.report, self.measure_delays = report, measure_delays
         self.pending: str | None = None
+        self.tables_ready = False
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         current = self.current_model()
@@ -225,24 +226,33 @@ class BatchWriter:
             raise ModelChanged(f"model {current} replaces {self.model_path} from micro-batch {batch_id}")
         t0 = time.time()
         lake = Lake(batch.sparkSession, self.lake.root)  # the query's session (a clone of the caller's)
+        if not self.tables_ready:  # once per query, not once per micro-batch
+            for name in ("phases", "recommendations", "quarantine"):
+                lake.ensure(name)
+            self.tables_ready = True
         rows = batch.persist()
         report = self.report
         try:
-            counts = {r["kind"]: r["count"] for r in rows.groupBy("kind").count().collect()}
+            stats = rows.groupBy("kind").agg(F.count("*").alias("n"), F.unix_micros(F.min(TS)).alias("first")).collect()
+            counts = {r["kind"]: r["n"] for r in stats}
             t = report.timed("compute", t0)
             if counts.get("phase"):
-                lake.merge_new("phases", rows.where("kind = 'phase'"))
+                # a stored row with a key of this batch has a ts of this batch: older files are not read
+                first = next(r["first"] for r in stats if r["kind"] == "phase")
+                lake.merge_new("phases", rows.where("kind = 'phase'"), target_filter=f"t.`{TS}` >= {_ts_literal(first)}",
+                               create=False, record_version=False)
                 t = report.timed("phases", t)
             if counts.get("late"):
                 from ai4dl.traces.ingest import to_quarantine
 
                 late = rows.where("kind = 'late'").select("source_file", "raw", F.col("reason").alias("reasons"))
-                lake.merge_new("quarantine", to_quarantine(late))
+                lake.merge_new("quarantine", to_quarantine(late), create=False, record_version=False)
                 t = report.timed("quarantine", t)
             if counts.get("rec"):
                 recs = rows.where("kind = 'rec'").withColumn("updated_at", F.current_timestamp())
                 # newer = a later sample (ts), not a higher step: a container whose state expired starts again at 0
-                lake.upsert_newer("recommendations", recs.select(*spec("recommendations").schema.fieldNames()), TS)
+                lake.upsert_newer("recommendations", recs.select(*spec("recommendations").schema.fieldNames()), TS,
+                                  create=False)
                 t = report.timed("recommendations", t)
             if self.measure_delays and counts.get("phase"):
                 landed = rows.where("kind = 'phase'").select(F.col("ingested_at").cast("double")).collect()
@@ -255,6 +265,14 @@ class BatchWriter:
         self.report.recommendations += counts.get("rec", 0)
         self.report.late += counts.get("late", 0)
         self.report.batch_seconds.append(time.time() - t0)
+
+
+def _ts_literal(epoch_micros: int) -> str:
+    """A SQL timestamp literal with its zone, so it means the same instant whatever the session's time zone."""
+    from datetime import datetime, timedelta, timezone
+
+    instant = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(epoch_micros))  # exact
+    return f"TIMESTAMP '{instant.isoformat()}'"
 
 
 def run_stream(
