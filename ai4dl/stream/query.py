@@ -365,7 +365,7 @@ def _await(query: Any, feeder: Any, deadline: float | None) -> bool:
     error is raised: a stream that has stopped reading its folder must not look alive."""
     while True:
         wait = 1.0 if deadline is None else min(1.0, deadline - time.time())
-        if wait <= 0:
+        if wait < 0.01:  # awaitTermination wants at least a millisecond
             return False
         if query.awaitTermination(wait):
             return True

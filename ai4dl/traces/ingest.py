@@ -534,10 +534,16 @@ def ingest_source(lake: Lake, settings: IngestConfig, source: DataFrame, where: 
         # The MERGE's own metrics: exact even when another ingest commits into the same table meanwhile.
         kept = ranked.where(F.col("_rank") == 1).drop("_rank")
         merged = lake.merge_new("bronze", to_bronze(kept))
-        bad = validated.where(F.col("reasons").isNotNull()).select("source_file", "raw", "reasons")
-        if n_dups:
-            bad = bad.withColumn("occurrences", F.lit(1).cast("long")).unionByName(duplicate_rows(validated, ranked))
-        q = lake.merge_new("quarantine", to_quarantine(bad))
+        if n_bad or n_dups:  # the raw rows are read again only when some are quarantined
+            bad = validated.where(F.col("reasons").isNotNull()).select("source_file", "raw", "reasons")
+            if n_dups:
+                bad = bad.withColumn("occurrences", F.lit(1).cast("long")).unionByName(duplicate_rows(validated, ranked))
+            q = lake.merge_new("quarantine", to_quarantine(bad))
+        else:
+            from ai4dl.lake.tables import MergeOutcome
+
+            lake.ensure("quarantine")  # readers find the table, empty, as after any ingest
+            q = MergeOutcome(inserted=0, version=None)
         return IngestResult(
             read=n_kept + n_dups + n_bad,
             valid=n_kept,
