@@ -238,6 +238,16 @@ def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Out
     return _Output({"silver": total}, rows_in=lake.count("bronze"))
 
 
+def labelling_phase_names(cfg: Config, lake: Any) -> dict[int, str]:
+    """The phase names of the model that labelled the phases table (found by its ``model_id`` under
+    ``lake.models``); empty when it has none or is not there (then phases are "phase k")."""
+    from ai4dl.method.model import info_of
+
+    model_id = lake.properties("phases").get("ai4dl.model_id") if lake.exists("phases") else None
+    info = info_of(cfg.lake.models, model_id) if model_id else None
+    return {int(k): str(v) for k, v in ((info or {}).get("phase_names") or {}).items()}
+
+
 def _silver(lake: Any) -> tuple[Any, Any, int]:
     from ai4dl.method.windowing import silver_scaler
 
@@ -336,7 +346,12 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     lake.overwrite("phases", phases, properties={"ai4dl.model_id": phase_model.model_id})
     counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
     total = sum(r["count"] for r in counts)
-    shown = ", ".join(f"{'none' if r['phase'] is None else r['phase']}: {r['count']}" for r in counts)
+    names = phase_model.info.get("phase_names") or {}
+
+    def shown_phase(p: Any) -> str:
+        return "none" if p is None else f"{p} ({names[str(p)]})" if str(p) in names else str(p)
+
+    shown = ", ".join(f"{shown_phase(r['phase'])}: {r['count']}" for r in counts)
     print(f"phases: {total} steps labelled ({shown})")
     return _Output({"phases": total}, details={"model": path}, rows_in=lake.count("silver"))
 
@@ -357,15 +372,16 @@ def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
     lake.overwrite("sequences", B.run_lengths(phases, b.min_run_steps))
     sequences = lake.read("sequences")
     lake.overwrite("transitions", B.transition_counts(sequences))
-    lake.overwrite("phase_stats", phase_statistics(phases, sequences))
+    names = labelling_phase_names(cfg, lake)
+    lake.overwrite("phase_stats", phase_statistics(phases, sequences, names=names))
     views = create_bi_views(lake.spark, lake.path("phase_stats"), lake.path("sequences"), lake.path("transitions"))
 
     transitions = lake.read("transitions").toPandas()
     dwell = B.dwell_stats(sequences).toPandas()
-    graph = G.transition_graph(transitions, dwell)
+    graph = G.name_nodes(G.transition_graph(transitions, dwell), names)
     # Prototypes: the first prototype_depth runs of each life (whole lives of many runs rarely repeat exactly).
     paths = B.collect_path_counts(sequences, b.prototype_depth)
-    tree = G.prototype_tree(paths)
+    tree = G.name_nodes(G.prototype_tree(paths), names)
     top = G.top_prototypes(paths, b.top_prototypes)
     out = Path(out_dir or cfg.report.dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -611,7 +627,8 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     params = PolicyParams.from_config(cfg.policies)
     stats = policy_phase_stats(cfg, lake)
     images = {
-        "trace": plots.plot_trace_phases(one, out_dir / "trace_phases.png", title=f"Container {pod} by phase"),
+        "trace": plots.plot_trace_phases(one, out_dir / "trace_phases.png", title=f"Container {pod} by phase",
+                                         names=labelling_phase_names(cfg, lake)),
         "box": plots.plot_phase_boxplots(sample_pdf, out_dir / "phase_boxplots.png"),
         "curves": plots.plot_policy_curves(one, out_dir / "policy_curves.png", params, phase_stats=stats,
                                            transitions=policy_transitions(cfg, lake)),
@@ -687,6 +704,6 @@ def _save_json(path: Path, data: Any) -> None:
 
 __all__ = [
     "STAGES", "StageResult", "behaviour", "demo", "generate", "import_reference_model", "ingest", "label",
-    "live_inputs", "optimize", "policies", "policy_phase_stats", "refine", "report", "resolve_model", "run",
+    "labelling_phase_names", "live_inputs", "optimize", "policies", "policy_phase_stats", "refine", "report", "resolve_model", "run",
     "run_many", "stream", "stream_checkpoint", "train", "window",
 ]

@@ -29,7 +29,11 @@ def main(argv=None) -> int:
     p.add_argument("--fleet", default=str(ROOT.parent / "shared" / "data" / "fleet" / "fleet-2026"))
     p.add_argument("--workdir", default="/tmp/ai4dl-quality")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--stability-seed", type=int, help="also train with this train.seed and report how far the two "
+                   "models' held-out phases agree up to renaming (adjusted Rand index between them)")
     args = p.parse_args(argv)
+
+    from pyspark.sql import functions as F
 
     from ai4dl import stages
     from ai4dl.config import load_config
@@ -61,9 +65,22 @@ def main(argv=None) -> int:
 
     print(f"\nheld-out containers {result['held_out_containers']}, steps {result['steps']}: "
           f"ARI {result['ari']:.3f}, NMI {result['nmi']:.3f}; training {train_seconds:.0f}s")
-    print(f"{'behaviour':<26} {'steps':>8} {'main phase':>10} {'purity':>7}")
+    from ai4dl.behaviour.naming import phase_name
+
+    info = trained.details["model"].info
+    result["phase_names"] = info.get("phase_names", {})
+    print(f"{'behaviour':<26} {'steps':>8} {'main phase':>10} {'purity':>7}  name of the main phase")
     for name, b in sorted(result["behaviours"].items()):
-        print(f"{name:<26} {b['steps']:>8} {b['phase']:>10} {b['purity']:>7.1%}")
+        print(f"{name:<26} {b['steps']:>8} {b['phase']:>10} {b['purity']:>7.1%}  {phase_name(info, b['phase'])}")
+    if args.stability_seed is not None:
+        other = stages.train(cfg.replace(train={"seed": args.stability_seed}), spark).details["model"]
+        windows = cfg.window.split.held_out(lake.read("silver").where("has_full_history"))
+        theirs = other.transform(windows, engine=cfg.label.engine).select("pod_id", "ts", F.col("phase").alias("b"))
+        pair = held.select("pod_id", "ts", F.col("phase").alias("a")).join(theirs, ["pod_id", "ts"]).toPandas()
+        agreement = phase_quality(pair["a"].tolist(), pair["b"].tolist())["ari"]
+        result.update(stability_seed=args.stability_seed, stability_ari=round(agreement, 4))
+        print(f"stability: seed {cfg.train.seed} vs seed {args.stability_seed}: held-out phases agree up to renaming "
+              f"with ARI {agreement:.3f} ({len(pair)} steps)")
     print("QUALITY_JSON " + json.dumps(result), flush=True)
     spark.stop()
     return 0

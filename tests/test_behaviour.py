@@ -280,6 +280,9 @@ def test_phase_statistics_and_views(spark, tmp_path):
     check(rows["s2", 0], cpu_b, mem_b, 2, 30)
     check(rows[ALL_SERVICES, 0], cpu_a[:4] + cpu_b, mem_a[:4] + mem_b, 3, 60)
     check(rows[ALL_SERVICES, 1], cpu_a[4:], mem_a[4:], 1, 0)
+    assert {r.phase_name for r in rows.values()} == {"phase 0", "phase 1"}  # a model without names
+    named = {r.phase: r.phase_name for r in phase_statistics(df, seq, names={1: "high steady CPU"}).collect()}
+    assert named == {0: "phase 0", 1: "high steady CPU"}
 
     paths = {n: str(tmp_path / n) for n in ("stats", "seq", "tr")}
     for frame, key in ((stats, "stats"), (seq, "seq"), (B.transition_counts(seq), "tr")):

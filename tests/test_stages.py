@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -182,6 +183,17 @@ def test_demo_then_refine_and_optimize_each_leave_run_log_rows(spark, cfg):
     assert [s.stage for s in result.details["stages"]] == [
         "generate", "ingest", "window", "train", "label", "behaviour", "policies", "report",
     ]
+    # the trained model names its phases, and the gold statistics, graph and report show those names
+    model = [s for s in result.details["stages"] if s.stage == "train"][0].details["model"]
+    names = model.info["phase_names"]
+    assert sorted(names) == ["0", "1", "2"] and len(set(names.values())) == 3
+    assert all("CPU" in n and "memory" in n for n in names.values())
+    lake = Lake.for_config(spark, small)
+    stats = {r.phase: r.phase_name for r in lake.read("phase_stats").where("service = '__all__'").collect()}
+    assert stats == {int(p): n for p, n in names.items() if int(p) in stats} and stats
+    graph = json.loads((Path(small.report.dir) / "transition_graph.json").read_text())
+    assert {n.get("name") for n in graph["nodes"]} <= set(names.values()) | {None}
+    assert any(n.get("name") for n in graph["nodes"])
     refined = stages.refine(small, spark, phase=0, k=2)
     assert refined.details["model"].refinements[0][1] == (0, 3)
     stages.optimize(small, spark, tables=("bronze", "phases"))

@@ -57,6 +57,19 @@ def transition_graph(transitions_pdf: pd.DataFrame, dwell_pdf: pd.DataFrame | No
     return g
 
 
+def name_nodes(graph: nx.DiGraph, names: Mapping[int, str]) -> nx.DiGraph:
+    """Give every node whose phase has a name a ``name`` attribute (kept in GraphML/JSON, drawn by
+    :func:`ai4dl.reporting.plots.draw_graph`); returns the same graph."""
+    for node, data in graph.nodes(data=True):
+        try:
+            phase = int(data.get("phase", node))
+        except (TypeError, ValueError):
+            continue
+        if phase in names:
+            data["name"] = str(names[phase])
+    return graph
+
+
 def _weighted_paths(sequences: Any) -> list[tuple[tuple[int, ...], int]]:
     """Normalise the accepted inputs to ``[(path, count)]``.
 

@@ -10,6 +10,8 @@ never sum the two.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -49,7 +51,8 @@ def _with_all_rows(df: DataFrame, aggs: list) -> DataFrame:
     ).drop("_all")
 
 
-def phase_statistics(phases_df: DataFrame, sequences_df: DataFrame, accuracy: int = DEFAULT_ACCURACY) -> DataFrame:
+def phase_statistics(phases_df: DataFrame, sequences_df: DataFrame, accuracy: int = DEFAULT_ACCURACY,
+                     names: Mapping[int, str] | None = None) -> DataFrame:
     """Demand statistics per ``(service, phase)`` and per phase fleet-wide, in the :data:`PHASE_STATS` schema.
 
     All demand aggregates (mean, ``stddev_samp``, ``percentile_approx`` at ``accuracy`` for p50/p95/p99, max, for
@@ -75,6 +78,13 @@ def phase_statistics(phases_df: DataFrame, sequences_df: DataFrame, accuracy: in
         ],
     )
     stats = demand.join(dwell, on=[SERVICE, "phase"], how="left")
+    # ``names``: the labelling model's (ai4dl.behaviour.naming); a phase it does not name is "phase k"
+    default = F.concat(F.lit("phase "), F.col("phase").cast("string"))
+    if names:
+        lookup = F.create_map(*[x for p, n in sorted(names.items()) for x in (F.lit(int(p)), F.lit(str(n)))])
+        stats = stats.withColumn("phase_name", F.coalesce(F.element_at(lookup, F.col("phase")), default))
+    else:
+        stats = stats.withColumn("phase_name", default)
     return conform(stats, PHASE_STATS)
 
 

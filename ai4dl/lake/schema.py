@@ -124,6 +124,7 @@ PHASE_STATS = T.StructType(
     [
         T.StructField(SERVICE, T.StringType(), False),
         T.StructField("phase", T.IntegerType(), False),
+        T.StructField("phase_name", T.StringType(), True),  # the labelling model's words (ai4dl.behaviour.naming)
         T.StructField("samples", T.LongType(), False),
         T.StructField("cpu_mean", T.DoubleType(), True),
         T.StructField("cpu_std", T.DoubleType(), True),

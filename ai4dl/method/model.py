@@ -218,6 +218,19 @@ def versions(root: str | Path, name: str) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def info_of(root: str | Path, model_id: str) -> dict | None:
+    """The ``info`` of the saved model with ``model_id`` under ``root`` (any name, any version), read from the
+    manifests alone; None when no saved model has that id."""
+    for manifest in sorted(Path(root).glob("*/v*/manifest.json")):
+        try:
+            m = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        if m.get("model_id") == model_id:
+            return dict(m.get("info") or {})
+    return None
+
+
 def latest_version(root: str | Path, name: str) -> Path:
     found = versions(root, name)
     if not found:

@@ -109,7 +109,26 @@ class PhaseEstimator:
         }
         if k_scores is not None:
             info["k_report"] = [list(r) for r in k_scores]
+        info.update(describe_sampled_phases(scaler, result.weights, centers, x, cond))
+        for p, text in info["phase_descriptions"].items():
+            log(f"train: phase {p}: {text}")
         return PhaseModel(scaler, result.weights, centers, info=info)
+
+
+def describe_sampled_phases(scaler: Scaler, weights: Any, centers: np.ndarray, x: np.ndarray,
+                            cond: np.ndarray) -> dict[str, Any]:
+    """Names, descriptions and profile of the phases (:mod:`ai4dl.behaviour.naming`), from the CRBM's sampled
+    training windows labelled by the fitted model: their raw features (the scaling undone) and, from the
+    history's newest step, each window's previous step."""
+    from ai4dl.behaviour.naming import name_phases
+    from ai4dl.method.labelling import label_batch
+
+    phases, _, _ = label_batch(weights, centers, {}, x, cond)
+    mean, scale = np.asarray(scaler.mean), np.asarray(scaler.scale)
+    n = len(scaler.features)
+    raw = x * scale + mean
+    before = cond[:, -n:] * scale + mean  # history is time-major, oldest first: its last block is t-1
+    return name_phases(np.asarray(phases, dtype=float), raw, before, scaler.features)
 
 
 def _crbm_params(t: TrainConfig) -> dict[str, Any]:

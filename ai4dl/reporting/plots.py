@@ -15,6 +15,7 @@ The transition graph and the prototype tree are drawn by :func:`ai4dl.behaviour.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -173,10 +174,11 @@ def _phase_keys(codes: np.ndarray) -> list[Any]:
     return keys + ([None] if np.isnan(codes).any() else [])
 
 
-def _phase_handles(keys: Sequence[Any], counts: Mapping[Any, int] | None = None) -> list[Patch]:
+def _phase_handles(keys: Sequence[Any], counts: Mapping[Any, int] | None = None,
+                   names: Mapping[int, str] | None = None) -> list[Patch]:
     handles = []
     for k in keys:
-        label = "no phase" if k is None else f"phase {int(k)}"
+        label = "no phase" if k is None else f"{int(k)}: {names[int(k)]}" if names and int(k) in names else f"phase {int(k)}"
         if counts is not None and k in counts:
             label += f" ({counts[k]})"
         handles.append(Patch(facecolor=phase_colour(k), alpha=0.6, label=label))
@@ -211,13 +213,15 @@ def _container_title(df: pd.DataFrame) -> str:
 # ------------------------------------------------------------------------------------------------ plots
 
 
-def plot_trace_phases(pdf: pd.DataFrame, png_path: str | Path, title: str | None = None) -> Path:
+def plot_trace_phases(pdf: pd.DataFrame, png_path: str | Path, title: str | None = None,
+                      names: Mapping[int, str] | None = None) -> Path:
     """One container's trace coloured by phase: CPU cores (top) and memory GiB (bottom) over time.
 
     ``pdf`` holds one container's ``PHASES`` rows (any order; sorted by ``step`` here). Usage is the dark line,
     the limit (``cpu_num_cores`` / ``mem_limit``) dashed red; the background of both panels is shaded by phase
     run (grey where the phase is null, e.g. before the history window is full). The x axis is ``ts`` (falls back
-    to ``step`` when a timestamp is missing). The legend lists the phases with their step counts.
+    to ``step`` when a timestamp is missing). The legend lists the phases (by ``names`` when given) with their
+    step counts.
     """
     df = _sorted_trace(pdf)
     heading = title or _container_title(df)
@@ -258,7 +262,7 @@ def plot_trace_phases(pdf: pd.DataFrame, png_path: str | Path, title: str | None
     handles = [
         Line2D([], [], color="#1f1f1f", linewidth=1.0, label="usage"),
         Line2D([], [], color="#d62728", linestyle="--", linewidth=1.3, label="limit"),
-        *_phase_handles(keys, counts),
+        *_phase_handles(keys, counts, names),
     ]
     fig.legend(handles=handles, loc="outside right upper", title="steps per phase", fontsize=8, title_fontsize=8)
     return _save(fig, png_path)
@@ -561,7 +565,8 @@ def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None
     """Draw a phase graph (or prototype tree) to a PNG with matplotlib's Agg canvas (no global backend change).
 
     Node size grows with ``mean_dwell_steps`` (falling back to ``count``), edge width with ``probability``
-    (falling back to ``count`` relative to the largest). Node labels show the phase and mean dwell; edge labels
+    (falling back to ``count`` relative to the largest). Node labels show the phase (its ``name`` attribute when
+    set) and mean dwell; edge labels
     the probability. The layout is seeded, so the same graph draws the same picture.
     """
     png = Path(png_path)
@@ -601,6 +606,8 @@ def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None
         d = graph.nodes[n]
         phase = d.get("phase", n)
         head = "root" if phase == ROOT_PHASE else f"phase {phase}"
+        if d.get("name") and phase != ROOT_PHASE:  # the model's words for it (ai4dl.behaviour.naming)
+            head = f"{phase}: " + "\n".join(textwrap.wrap(str(d["name"]), 22))
         if "mean_dwell_steps" in d:
             return f"{head}\n{float(d['mean_dwell_steps']):.1f} steps"
         if "count" in d:

@@ -1,0 +1,155 @@
+"""Phases described in words and numbers, from the usage they cover (pure numpy/pandas).
+
+A phase number means nothing to an operator; "high variable CPU, memory heavy and rising" does. The words are
+derived from a phase's *profile*: over the steps it labels, the mean CPU and memory use as a fraction of the
+limit, how much CPU varies, and how memory moves from one step to the next. Levels are relative to the fleet
+the model was trained on (tertiles of all its steps), so a fleet that never exceeds 10 % of its CPU limit still
+gets low, moderate and high phases; trends are relative to how much memory moves in that fleet at all.
+
+The profile is computed where the model is trained (:meth:`ai4dl.method.training.PhaseEstimator.fit`, on the
+CRBM's sampled windows) and stored with the model (``info["phase_names"]``, ``info["phase_descriptions"]``,
+``info["phase_profile"]``); every place that shows a phase uses :func:`phase_name`, which falls back to
+"phase k" for models without names (the imported original model, older versions).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+# A phase's CPU is "variable" when its own coefficient of variation exceeds this.
+VARIABLE_CPU_CV = 0.35
+# Memory "rises"/"falls" when its mean step-to-step change exceeds this fraction of the fleet's typical
+# (standard deviation of) step-to-step change.
+TREND_OF_TYPICAL_CHANGE = 0.15
+PROFILE_COLUMNS = ("phase", "steps", "share", "cpu", "cpu_sd", "mem", "mem_change")
+
+
+def utilisation(raw: np.ndarray, features: Sequence[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """CPU and memory use as fractions of their limits, from whichever raw features a model has: the
+    percentages (``cpu_usage_pct``, ``mem_usage_pct``), else usage / limit. None where it has neither."""
+    col = {f: raw[:, i] for i, f in enumerate(features)}
+
+    def ratio(use: str, limit: str) -> np.ndarray | None:
+        if use in col and limit in col:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r = col[use] / col[limit]
+            return np.where(np.isfinite(r), r, np.nan)
+        return None
+
+    cpu = col["cpu_usage_pct"] / 100.0 if "cpu_usage_pct" in col else ratio("cpu_usage_cores", "cpu_num_cores")
+    if "mem_usage_pct" in col:
+        mem = col["mem_usage_pct"] / 100.0
+    else:
+        mem = ratio("mem_working_set", "mem_limit")
+        mem = mem if mem is not None else ratio("mem_current", "mem_limit")
+    return cpu, mem
+
+
+def phase_profile(phases: np.ndarray, cpu: np.ndarray | None, mem: np.ndarray | None,
+                  mem_before: np.ndarray | None = None) -> pd.DataFrame:
+    """Per phase: steps, share, mean CPU and its standard deviation, mean memory and its mean change per step
+    (``mem - mem_before``; NaN without the previous step). Columns :data:`PROFILE_COLUMNS`."""
+    phases = np.asarray(phases, dtype=float)
+    n = int(np.isfinite(phases).sum())
+    rows = []
+    for p in sorted({int(v) for v in phases[np.isfinite(phases)]}):
+        m = phases == p
+
+        def mean(a: np.ndarray | None) -> float:
+            return float(np.nanmean(a[m])) if a is not None and np.isfinite(a[m]).any() else np.nan
+
+        cpu_sd = float(np.nanstd(cpu[m])) if cpu is not None and np.isfinite(cpu[m]).any() else np.nan
+        change = None if mem is None or mem_before is None else mem - mem_before
+        rows.append((p, int(m.sum()), m.sum() / n, mean(cpu), cpu_sd, mean(mem), mean(change)))
+    return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
+
+
+def describe(profile: pd.DataFrame, cpu_cuts: tuple[float, float] | None, mem_cuts: tuple[float, float] | None,
+             typical_change: float | None) -> dict[int, tuple[str, str]]:
+    """``{phase: (name, description)}``. ``*_cuts``: the fleet's tertiles of per-step CPU / memory use (None:
+    no such feature); ``typical_change``: the fleet's standard deviation of memory change per step.
+
+    Names are unique: two phases that read the same get their number appended."""
+    out: dict[int, tuple[str, str]] = {}
+    for r in profile.itertuples():
+        words, numbers = [], []
+        if cpu_cuts is not None and np.isfinite(r.cpu):
+            level = _level(r.cpu, cpu_cuts, ("low", "moderate", "high"))
+            cv = r.cpu_sd / r.cpu if r.cpu > 0 else 0.0
+            words.append(f"{level} {'variable' if cv > VARIABLE_CPU_CV else 'steady'} CPU")
+            numbers.append(f"CPU {_pct(r.cpu)} of limit (sd {_pct(r.cpu_sd)})")
+        if mem_cuts is not None and np.isfinite(r.mem):
+            level = _level(r.mem, mem_cuts, ("light", "moderate", "heavy"))
+            trend = "flat"
+            if typical_change and np.isfinite(r.mem_change):
+                if r.mem_change > TREND_OF_TYPICAL_CHANGE * typical_change:
+                    trend = "rising"
+                elif r.mem_change < -TREND_OF_TYPICAL_CHANGE * typical_change:
+                    trend = "falling"
+            words.append(f"memory {level} and {trend}")
+            numbers.append(f"memory {_pct(r.mem)} of limit"
+                           + (f", {r.mem_change * 100:+.2f} points per step" if np.isfinite(r.mem_change) else ""))
+        name = ", ".join(words) or f"phase {r.phase}"
+        numbers.append(f"{_pct(r.share)} of steps")
+        out[int(r.phase)] = (name, f"{name}: " + "; ".join(numbers))
+    seen: dict[str, int] = {}
+    for name, _ in out.values():
+        seen[name] = seen.get(name, 0) + 1
+    return {p: ((f"{n} ({p})", f"{n} ({p}){d[len(n):]}") if seen[n] > 1 else (n, d)) for p, (n, d) in out.items()}
+
+
+def name_phases(phases: np.ndarray, raw: np.ndarray, raw_before: np.ndarray | None,
+                features: Sequence[str]) -> dict[str, Any]:
+    """What a model stores about its phases, from labelled steps: ``raw`` their raw features (the model's
+    feature order), ``raw_before`` the same of each step's previous step (or None)."""
+    cpu, mem = utilisation(raw, features)
+    mem_before = utilisation(raw_before, features)[1] if raw_before is not None else None
+    profile = phase_profile(phases, cpu, mem, mem_before)
+    labelled = np.isfinite(np.asarray(phases, dtype=float))
+    change = None if mem is None or mem_before is None else (mem - mem_before)[labelled]
+    typical = float(np.nanstd(change)) if change is not None and np.isfinite(change).any() else None
+    named = describe(profile, _tertiles(cpu, labelled), _tertiles(mem, labelled), typical)
+    return {
+        "phase_names": {str(p): n for p, (n, _) in named.items()},
+        "phase_descriptions": {str(p): d for p, (_, d) in named.items()},
+        "phase_profile": {c: [None if isinstance(v, float) and not np.isfinite(v) else v for v in profile[c].tolist()]
+                          for c in PROFILE_COLUMNS},
+    }
+
+
+def phase_name(info: Mapping[str, Any] | None, phase: Any) -> str | None:
+    """The name a model gives ``phase`` ("phase k" when it has none); None for no phase."""
+    if phase is None or (isinstance(phase, float) and not np.isfinite(phase)):
+        return None
+    names = (info or {}).get("phase_names") or {}
+    return str(names.get(str(int(phase)), names.get(int(phase), f"phase {int(phase)}")))
+
+
+def phase_names(info: Mapping[str, Any] | None, phases: Sequence[int]) -> dict[int, str]:
+    return {int(p): phase_name(info, p) for p in phases}
+
+
+def _tertiles(values: np.ndarray | None, labelled: np.ndarray) -> tuple[float, float] | None:
+    if values is None:
+        return None
+    v = values[labelled]
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return None
+    lo, hi = np.quantile(v, [1 / 3, 2 / 3])
+    return float(lo), float(hi)
+
+
+def _level(value: float, cuts: tuple[float, float], words: tuple[str, str, str]) -> str:
+    # inclusive: a phase sitting on the fleet's floor (many steps share that value) is low, not moderate
+    return words[0] if value <= cuts[0] else words[2] if value >= cuts[1] else words[1]
+
+
+def _pct(v: float) -> str:
+    return f"{v * 100:.0f}%" if np.isfinite(v) else "n/a"
+
+
+__all__ = ["describe", "name_phases", "phase_name", "phase_names", "phase_profile", "utilisation"]
