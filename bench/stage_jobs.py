@@ -1,0 +1,101 @@
+"""Where a stage's seconds go: the Spark jobs each of ingest, window and label runs, in one warm session.
+
+    .venv/bin/python bench/stage_jobs.py                          # 200 containers x 1100 steps = 220k rows
+    .venv/bin/python bench/stage_jobs.py --containers 20 --steps 200 --min-seconds 0
+    .venv/bin/python bench/stage_jobs.py --set 'spark.conf={"spark.databricks.delta.snapshotPartitions": "50"}'
+
+Generates a CSV fleet (once, kept under ``--workdir``), imports the original AI4DL model, then runs the three
+stages on a fresh lake and, after each, lists the Spark jobs it ran with their wall time and task count, read
+from the Spark UI's REST API (``/api/v1/applications/<id>/jobs``): the job's call site says which line of ai4dl
+(or which Delta internal: snapshot state reconstruction, commit hooks) it was. Jobs shorter than
+``--min-seconds`` are summed into one line. Look at ``uptime`` first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _seconds(job: dict) -> float:
+    def when(text: str) -> datetime:
+        return datetime.strptime(text.replace("GMT", ""), "%Y-%m-%dT%H:%M:%S.%f")
+
+    if not job.get("completionTime"):
+        return float("nan")
+    return (when(job["completionTime"]) - when(job["submissionTime"])).total_seconds()
+
+
+def jobs_since(spark, after: int) -> list[dict]:
+    sc = spark.sparkContext
+    with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/jobs") as resp:
+        jobs = json.load(resp)
+    return sorted((j for j in jobs if j["jobId"] > after), key=lambda j: j["jobId"])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--containers", type=int, default=200)
+    p.add_argument("--steps", type=int, default=1100)
+    p.add_argument("--workdir", default="/tmp/ai4dl-stage-jobs")
+    p.add_argument("--min-seconds", type=float, default=0.3, help="shorter jobs are summed into one line")
+    p.add_argument("--reference-model", default=str(ROOT.parent / "shared" / "data" / "reference" / "reference_model.json"))
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+
+    from ai4dl import stages
+    from ai4dl.config import load_config
+    from ai4dl.lake.session import get_spark
+
+    work = Path(args.workdir)
+    fleet = work / f"fleet-{args.containers}x{args.steps}"
+    shutil.rmtree(work / "lake", ignore_errors=True)
+    shutil.rmtree(work / "models", ignore_errors=True)
+    cfg = load_config(None, [
+        "spark.master=local[2]", "spark.driver_memory=4g", f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}",
+        f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}", f"report.dir={work / 'report'}",
+        f"generate.containers={args.containers}", f"generate.steps={args.steps}", "generate.seed=7", *args.overrides,
+    ])
+    print(f"[stage-jobs] load {os.getloadavg()[0]:.2f} (1 min)", flush=True)
+    spark = get_spark(cfg)
+    model = stages.import_reference_model(cfg, spark, path=args.reference_model).details["path"]
+    if not fleet.exists():
+        stages.generate(cfg, spark, out=str(fleet), fmt="csv")
+    last = max((j["jobId"] for j in jobs_since(spark, -1)), default=-1)
+    figures = {}
+    for name, run in (
+        ("ingest", lambda: stages.ingest(cfg, spark, input=str(fleet))),
+        ("window", lambda: stages.window(cfg, spark, scaler_from_model=model)),
+        ("label", lambda: stages.label(cfg, spark, model=model)),
+    ):
+        t0 = time.time()
+        run()
+        wall = time.time() - t0
+        jobs = jobs_since(spark, last)
+        last = max((j["jobId"] for j in jobs), default=last)
+        in_jobs = sum(_seconds(j) for j in jobs)
+        print(f"== {name}: {wall:.1f}s wall, {len(jobs)} Spark jobs taking {in_jobs:.1f}s")
+        small = [j for j in jobs if _seconds(j) < args.min_seconds]
+        for j in jobs:
+            if j not in small:
+                print(f"   job {j['jobId']:5d} {_seconds(j):6.2f}s {j['numTasks']:5d} tasks  {j['name'][:100]}")
+        if small:
+            print(f"   {len(small)} jobs under {args.min_seconds}s: {sum(_seconds(j) for j in small):.2f}s")
+        figures[name] = {"wall_s": round(wall, 2), "jobs": len(jobs), "jobs_s": round(in_jobs, 2)}
+    print("BENCH_JSON " + json.dumps({"rows": args.containers * args.steps, **figures, "load": os.getloadavg()[0]}))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
