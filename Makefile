@@ -15,10 +15,11 @@ SYSTEM_PACKAGES = \
 .PHONY: install system-deps demo test reference bench clean
 
 # The venv is made once; torch (large) is downloaded only when pyproject.toml changes or the venv is new.
+# -W hides setuptools' note on editable installs (a warning block on every install, nothing to act on).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -W "ignore:Editable installation" -m pip install -q -e '.[dev]'  # setuptools' note on editable installs
+	$(BIN)/python -W "ignore:Editable installation" -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 system-deps:
