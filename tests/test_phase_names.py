@@ -71,6 +71,19 @@ def test_profile_and_names_from_labelled_steps():
     assert set(info["phase_profile"]) == set(PROFILE_COLUMNS)
 
 
+def test_memory_loaded_at_once_then_held_is_flat_not_rising():
+    """A phase entered by a jump of memory, then steady: its first step changes a lot, its median step not."""
+    phases = np.array([0.0] * 20 + [1.0] * 20)
+    mem = np.r_[np.linspace(0.1, 0.3, 20), np.full(20, 0.8)]
+    before = np.r_[mem[0] - 0.01, mem[:-1]]
+    cpu = np.full(40, 0.5)
+    profile = phase_profile(phases, cpu, mem, before)
+    assert profile["mem_change"].iloc[1] == 0.0 and profile["mem_change"].iloc[0] > 0
+    named = name_phases(phases, np.c_[cpu * 100, mem * 100], np.c_[cpu * 100, before * 100], ["cpu_usage_pct", "mem_usage_pct"])
+    assert named["phase_names"]["1"].endswith("memory heavy and flat")
+    assert named["phase_names"]["0"].endswith("memory light and rising")
+
+
 def test_a_model_without_names_says_phase_k():
     assert phase_name({}, 2) == "phase 2" and phase_name(None, 2.0) == "phase 2" and phase_name({}, None) is None
     assert phase_name({"phase_names": {"2": "low steady CPU"}}, 2) == "low steady CPU"

@@ -2,9 +2,10 @@
 
 A phase number means nothing to an operator; "high variable CPU, memory heavy and rising" does. The words are
 derived from a phase's *profile*: over the steps it labels, the mean CPU and memory use as a fraction of the
-limit, how much CPU varies, and how memory moves from one step to the next. Levels are relative to the fleet
-the model was trained on (tertiles of all its steps), so a fleet that never exceeds 10 % of its CPU limit still
-gets low, moderate and high phases; trends are relative to how much memory moves in that fleet at all.
+limit, how much CPU varies, and how memory moves from one step to the next (the median change: a phase that
+loads its memory at once and then holds it is flat, one that keeps growing is rising). Levels are relative to
+the fleet the model was trained on (tertiles of all its steps), so a fleet that never exceeds 10 % of its CPU
+limit still gets low, moderate and high phases; trends are relative to how much memory moves in that fleet.
 
 The profile is computed where the model is trained (:meth:`ai4dl.method.training.PhaseEstimator.fit`, on the
 CRBM's sampled windows) and stored with the model (``info["phase_names"]``, ``info["phase_descriptions"]``,
@@ -21,8 +22,8 @@ import pandas as pd
 
 # A phase's CPU is "variable" when its own coefficient of variation exceeds this.
 VARIABLE_CPU_CV = 0.35
-# Memory "rises"/"falls" when its mean step-to-step change exceeds this fraction of the fleet's typical
-# (standard deviation of) step-to-step change.
+# Memory "rises"/"falls" when its median step-to-step change exceeds this fraction of the fleet's typical
+# step-to-step change (its standard deviation, winsorised at the 5th/95th percentiles).
 TREND_OF_TYPICAL_CHANGE = 0.15
 PROFILE_COLUMNS = ("phase", "steps", "share", "cpu", "cpu_sd", "mem", "mem_change")
 
@@ -50,7 +51,7 @@ def utilisation(raw: np.ndarray, features: Sequence[str]) -> tuple[np.ndarray | 
 
 def phase_profile(phases: np.ndarray, cpu: np.ndarray | None, mem: np.ndarray | None,
                   mem_before: np.ndarray | None = None) -> pd.DataFrame:
-    """Per phase: steps, share, mean CPU and its standard deviation, mean memory and its mean change per step
+    """Per phase: steps, share, mean CPU and its standard deviation, mean memory and its median change per step
     (``mem - mem_before``; NaN without the previous step). Columns :data:`PROFILE_COLUMNS`."""
     phases = np.asarray(phases, dtype=float)
     n = int(np.isfinite(phases).sum())
@@ -63,7 +64,9 @@ def phase_profile(phases: np.ndarray, cpu: np.ndarray | None, mem: np.ndarray | 
 
         cpu_sd = float(np.nanstd(cpu[m])) if cpu is not None and np.isfinite(cpu[m]).any() else np.nan
         change = None if mem is None or mem_before is None else mem - mem_before
-        rows.append((p, int(m.sum()), m.sum() / n, mean(cpu), cpu_sd, mean(mem), mean(change)))
+        # the median: the jump into a phase (memory loaded at once, then held) is not a trend of the phase
+        median_change = float(np.nanmedian(change[m])) if change is not None and np.isfinite(change[m]).any() else np.nan
+        rows.append((p, int(m.sum()), m.sum() / n, mean(cpu), cpu_sd, mean(mem), median_change))
     return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
 
 
@@ -110,7 +113,11 @@ def name_phases(phases: np.ndarray, raw: np.ndarray, raw_before: np.ndarray | No
     profile = phase_profile(phases, cpu, mem, mem_before)
     labelled = np.isfinite(np.asarray(phases, dtype=float))
     change = None if mem is None or mem_before is None else (mem - mem_before)[labelled]
-    typical = float(np.nanstd(change)) if change is not None and np.isfinite(change).any() else None
+    typical = None
+    if change is not None and np.isfinite(change).any():
+        # winsorised at the 5th/95th percentiles: the jumps between phases would otherwise set the scale
+        lo, hi = np.nanquantile(change, [0.05, 0.95])
+        typical = float(np.nanstd(np.clip(change, lo, hi)))
     named = describe(profile, _tertiles(cpu, labelled), _tertiles(mem, labelled), typical)
     return {
         "phase_names": {str(p): n for p, (n, _) in named.items()},
