@@ -560,10 +560,7 @@ def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: boo
         tables.log_event(lake, run_id, "stream", cfg.digest, started, "model", f"model {model_id} from {path}")
 
     if s.input:
-        from ai4dl.lake.tables import ensure_table, spec
-
-        bronze = spec("bronze")  # the folder feeds bronze: the table the stream reads exists from the start
-        ensure_table(spark, lake.path("bronze"), bronze.schema, bronze.partition_by)
+        lake.ensure("bronze")  # the folder feeds bronze: the table the stream reads exists from the start
     elif not lake.exists("bronze"):
         from ai4dl.errors import MissingTableError
 
