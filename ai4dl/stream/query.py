@@ -320,11 +320,7 @@ def run_stream(
             writer = BatchWriter(lake, path, current_model, report, measure_delays)
             out = live_rows(bronze_stream(lake, max_files_per_trigger), live, state_ttl_hours)
             stream = out.writeStream.foreachBatch(writer).option("checkpointLocation", checkpoint).outputMode("append")
-            if trigger == "availableNow":
-                stream = stream.trigger(availableNow=True)
-            else:
-                stream = stream.trigger(processingTime=f"{float(interval_seconds)} seconds")
-            query = stream.start()
+            query = _triggered(stream, trigger, interval_seconds).start()
             try:
                 if trigger == "availableNow":
                     query.awaitTermination()
@@ -353,11 +349,14 @@ def _start_feeder(lake: Lake, folder: str, settings: Any, report: StreamReport, 
         files_stream(lake, folder, max_files_per_trigger).writeStream
         .foreachBatch(FilesIntoBronze(lake, settings, report)).option("checkpointLocation", checkpoint)
     )
+    return _triggered(stream, trigger, interval_seconds).start()
+
+
+def _triggered(stream: Any, trigger: str, interval_seconds: float) -> Any:
+    """``stream.trigger``: ``availableNow``, or (``continuous``) a micro-batch every ``interval_seconds``."""
     if trigger == "availableNow":
-        stream = stream.trigger(availableNow=True)
-    else:
-        stream = stream.trigger(processingTime=f"{float(interval_seconds)} seconds")
-    return stream.start()
+        return stream.trigger(availableNow=True)
+    return stream.trigger(processingTime=f"{float(interval_seconds)} seconds")
 
 
 def _await(query: Any, feeder: Any, deadline: float | None) -> bool:
