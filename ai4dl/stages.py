@@ -241,11 +241,11 @@ def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Out
 def labelling_phase_names(cfg: Config, lake: Any) -> dict[int, str]:
     """The phase names of the model that labelled the phases table (found by its ``model_id`` under
     ``lake.models``); empty when it has none or is not there (then phases are "phase k")."""
+    from ai4dl.behaviour.naming import names_of
     from ai4dl.method.model import info_of
 
     model_id = lake.properties("phases").get("ai4dl.model_id") if lake.exists("phases") else None
-    info = info_of(cfg.lake.models, model_id) if model_id else None
-    return {int(k): str(v) for k, v in ((info or {}).get("phase_names") or {}).items()}
+    return names_of(info_of(cfg.lake.models, model_id) if model_id else None)
 
 
 def _silver(lake: Any) -> tuple[Any, Any, int]:
@@ -336,6 +336,7 @@ def import_reference_model(cfg: Config, lake: Any, path: str, name: str = "refer
 @stage("label")
 def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     """Silver -> phases (replaced atomically), after checking the model fits the silver table."""
+    from ai4dl.behaviour.naming import names_of
     from ai4dl.method.labelling import check_compatible
 
     phase_model, path = resolve_model(cfg, model)
@@ -346,10 +347,10 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     lake.overwrite("phases", phases, properties={"ai4dl.model_id": phase_model.model_id})
     counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
     total = sum(r["count"] for r in counts)
-    names = phase_model.info.get("phase_names") or {}
+    names = names_of(phase_model.info)
 
     def shown_phase(p: Any) -> str:
-        return "none" if p is None else f"{p} ({names[str(p)]})" if str(p) in names else str(p)
+        return "none" if p is None else f"{p} ({names[p]})" if p in names else str(p)
 
     shown = ", ".join(f"{shown_phase(r['phase'])}: {r['count']}" for r in counts)
     print(f"phases: {total} steps labelled ({shown})")
@@ -500,6 +501,7 @@ def live_inputs(cfg: Config, model: Any, model_id: str) -> Any:
     lake). The next-phase prediction reads that lake's gold transitions when they exist (all containers), else
     the policy's (training containers). A lake without phases yet gives no statistics: the phase policies then
     allocate the limit, as the replay does for a phase without a statistic."""
+    from ai4dl.behaviour.naming import names_of
     from ai4dl.errors import ModelError
     from ai4dl.lake.columns import METRICS
     from ai4dl.lake.tables import Lake
@@ -521,7 +523,7 @@ def live_inputs(cfg: Config, model: Any, model_id: str) -> Any:
         stats = policy_phase_stats(cfg, stats_lake)
         transitions = normalise_transitions(policy_transitions(cfg, stats_lake))
         nxt = normalise_transitions(stats_lake.read("transitions")) if stats_lake.exists("transitions") else transitions
-    names = {int(k): str(v) for k, v in (model.info.get("phase_names") or {}).items()}
+    names = names_of(model.info)
     return Live(
         model=model, model_id=model_id, n_history=cfg.window.n_history, max_gap_seconds=cfg.window.max_gap_seconds,
         policy=cfg.stream.policy, params=PolicyParams.from_config(cfg.policies), phase_stats=stats,

@@ -56,6 +56,7 @@ def phase_profile(phases: np.ndarray, cpu: np.ndarray | None, mem: np.ndarray | 
     phases = np.asarray(phases, dtype=float)
     n = int(np.isfinite(phases).sum())
     rows = []
+    change = None if mem is None or mem_before is None else mem - mem_before
     for p in sorted({int(v) for v in phases[np.isfinite(phases)]}):
         m = phases == p
 
@@ -63,7 +64,6 @@ def phase_profile(phases: np.ndarray, cpu: np.ndarray | None, mem: np.ndarray | 
             return float(np.nanmean(a[m])) if a is not None and np.isfinite(a[m]).any() else np.nan
 
         cpu_sd = float(np.nanstd(cpu[m])) if cpu is not None and np.isfinite(cpu[m]).any() else np.nan
-        change = None if mem is None or mem_before is None else mem - mem_before
         # the median: the jump into a phase (memory loaded at once, then held) is not a trend of the phase
         median_change = float(np.nanmedian(change[m])) if change is not None and np.isfinite(change[m]).any() else np.nan
         rows.append((p, int(m.sum()), m.sum() / n, mean(cpu), cpu_sd, mean(mem), median_change))
@@ -131,12 +131,13 @@ def phase_name(info: Mapping[str, Any] | None, phase: Any) -> str | None:
     """The name a model gives ``phase`` ("phase k" when it has none); None for no phase."""
     if phase is None or (isinstance(phase, float) and not np.isfinite(phase)):
         return None
-    names = (info or {}).get("phase_names") or {}
-    return str(names.get(str(int(phase)), names.get(int(phase), f"phase {int(phase)}")))
+    return names_of(info).get(int(phase), f"phase {int(phase)}")
 
 
-def phase_names(info: Mapping[str, Any] | None, phases: Sequence[int]) -> dict[int, str]:
-    return {int(p): phase_name(info, p) for p in phases}
+def names_of(info: Mapping[str, Any] | None) -> dict[int, str]:
+    """A model's phase names by phase id (its ``info`` stores them by string key, as JSON must); empty when it
+    names none."""
+    return {int(k): str(v) for k, v in ((info or {}).get("phase_names") or {}).items()}
 
 
 def _tertiles(values: np.ndarray | None, labelled: np.ndarray) -> tuple[float, float] | None:
@@ -159,4 +160,4 @@ def _pct(v: float) -> str:
     return f"{v * 100:.0f}%" if np.isfinite(v) else "n/a"
 
 
-__all__ = ["describe", "name_phases", "phase_name", "phase_names", "phase_profile", "utilisation"]
+__all__ = ["describe", "name_phases", "names_of", "phase_name", "phase_profile", "utilisation"]
