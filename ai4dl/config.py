@@ -223,10 +223,17 @@ class PoliciesConfig:
     phase_quantile: float = _key(0.95, lo=0, hi=1)
     # phase.proactive also provisions for every phase the current one is followed by with this probability.
     proactive_threshold: float = _key(0.2, lo=0, hi=1)
+    # phase.headroom's knob: the quantile of the usage jumps seen after a phase (training containers) added,
+    # as a share of the limit, to the previous interval's max.
+    headroom_quantile: float = _key(0.9, lo=0, hi=1)
     # vpa: the real recommender's knobs; the defaults are the "matched" conformance flags (20 min memory).
     # The service level policies are compared at: each policy's knob is chosen on the training containers so
     # that this share of steps gets at least its usage, then scored on the held-out containers.
     target_fulfilment: float = _key(0.95, lo=0, hi=1)
+    target_fulfilment_cpu: float | None = _key(None, lo=0, hi=1)  # per resource (default: target_fulfilment)
+    target_fulfilment_mem: float | None = _key(None, lo=0, hi=1)
+    # Memory held to an OOM budget instead: at most this many OOM kills per 100 containers.
+    oom_budget_per_100: float | None = _key(None, lo=0)
     vpa_percentile: float = _key(0.9, lo=0, hi=1)  # vpa's knob: target percentile of CPU and memory
     vpa_margin: float = _key(0.15, lo=0)  # VPA's own safety margin
     vpa_cpu_half_life_s: float = _key(1200.0, lo=0, lo_open=True)
@@ -244,7 +251,7 @@ class PoliciesConfig:
 
 
 # The policies that can allocate live: every one but the oracles, which read the interval they allocate for.
-LIVE_POLICIES = ("static", "prev.step.max", "prev.step.rules", "phase.rule", "phase.proactive", "vpa")
+LIVE_POLICIES = ("static", "prev.step.max", "prev.step.rules", "phase.rule", "phase.proactive", "phase.headroom", "vpa")
 
 
 @dataclass(frozen=True)

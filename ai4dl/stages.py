@@ -402,26 +402,31 @@ def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
 # --------------------------------------------------------------------------------------------------- policies
 
 
-def policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, float]]:
+def policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, Any]]:
     """Per-phase demand statistics from training containers only: the phase rule must not see the test fleet.
 
     ``policies.phase_statistic``: ``fraction`` (default) allocates the phase's quantile of usage as a share of
     each container's own limit; ``absolute`` its quantile in cores and bytes (the gold phase_stats numbers).
+    Each phase's entry also holds ``phase.headroom``'s quantile tables of the usage jumps that follow it.
     """
     from pyspark.sql import functions as F
 
     from ai4dl.behaviour.phase_stats import ALL_SERVICES, phase_statistics
     from ai4dl.behaviour.sequences import run_lengths
-    from ai4dl.policies.fleet import phase_fraction_stats
-    from ai4dl.policies.replay import phase_stats_for_policy
+    from ai4dl.policies.fleet import phase_fraction_stats, phase_headroom_stats
+    from ai4dl.policies.replay import PolicyParams, phase_stats_for_policy
 
     p = cfg.policies
     phases = cfg.window.split.training(lake.read("phases"))
     if p.phase_statistic == "fraction":
-        return phase_fraction_stats(phases, p.phase_quantile)
-    column = {0.5: "p50", 0.95: "p95", 0.99: "p99"}[p.phase_quantile]  # checked by PoliciesConfig
-    stats = phase_statistics(phases, run_lengths(phases)).where(F.col("service") == ALL_SERVICES)
-    return phase_stats_for_policy(stats.toPandas(), (f"cpu_{column}", f"mem_{column}"))
+        stats = phase_fraction_stats(phases, p.phase_quantile)
+    else:
+        column = {0.5: "p50", 0.95: "p95", 0.99: "p99"}[p.phase_quantile]  # checked by PoliciesConfig
+        table = phase_statistics(phases, run_lengths(phases)).where(F.col("service") == ALL_SERVICES)
+        stats = phase_stats_for_policy(table.toPandas(), (f"cpu_{column}", f"mem_{column}"))
+    for phase, tables in phase_headroom_stats(phases, PolicyParams.from_config(p)).items():
+        stats.setdefault(phase, {}).update(tables)
+    return stats
 
 
 def policy_transitions(cfg: Config, lake: Any) -> Any:
@@ -458,7 +463,7 @@ def policies(cfg: Config, lake: Any) -> _Output:
     """
     from ai4dl.policies.calibration import calibrate, format_calibration
     from ai4dl.policies.fleet import frontier_totals, replay_fleet, replay_fleet_grid, summarise
-    from ai4dl.policies.replay import PolicyParams, format_summary
+    from ai4dl.policies.replay import PolicyParams, ServiceLevel, format_summary
 
     params = PolicyParams.from_config(cfg.policies)
     stats = policy_phase_stats(cfg, lake)
@@ -473,7 +478,7 @@ def policies(cfg: Config, lake: Any) -> _Output:
     lake.overwrite("policy_frontier", replay_fleet_grid(test, params, stats, transitions))
     held_totals = frontier_totals(lake.read("policy_frontier"))
     train_totals = frontier_totals(replay_fleet_grid(train, params, stats, transitions))
-    table = calibrate(train_totals, held_totals, cfg.policies.target_fulfilment)
+    table = calibrate(train_totals, held_totals, ServiceLevel.from_config(cfg.policies))
     lake.overwrite("policy_calibration", lake.spark.createDataFrame(table, _schema("policy_calibration")))
     print(format_calibration(table))
     scores = _next_phase_scores(cfg, lake, transitions)
@@ -643,7 +648,7 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
         from ai4dl.policies.fleet import frontier_totals
 
         calibration = lake.read("policy_calibration").toPandas()
-        target = float(calibration["target_fulfilment"].iloc[0]) if len(calibration) else None
+        target = {r: (None if t != t else float(t)) for r, t in zip(calibration["resource"], calibration["target_fulfilment"])}
         frontier = plots.plot_frontier(frontier_totals(lake.read("policy_frontier")), calibration,
                                        out_dir / "frontier.png", target)
         sections.append(Section(

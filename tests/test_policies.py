@@ -14,15 +14,21 @@ from hypothesis import strategies as st
 
 from ai4dl.errors import InputError
 from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
+from ai4dl.policies.calibration import calibrate, format_calibration
 from ai4dl.policies.fleet import replay_fleet, summarise
 from ai4dl.policies.replay import (
     FRONTIER_COLUMNS,
+    HEADROOM_LEVELS,
     KNOBS,
     POLICIES,
     PolicyParams,
+    ServiceLevel,
     allocate,
     choose_knob,
+    container_jumps,
     format_summary,
+    headroom_tables,
+    jumps_of,
     next_phase_f1,
     phase_stats_for_policy,
     replay_container,
@@ -52,6 +58,7 @@ R2 = 6.5 + np.sqrt(1.25)  # ... of [5, 6, 7, 8]
         ("vpa", [10, 10, 10, 10, 2.406, 2.406, 2.406, 2.406]),
         ("phase.rule", [10, 10, 10, 10, 10, 10, 10, 10]),  # no phases given: the limit
         ("phase.proactive", [10, 10, 10, 10, 10, 10, 10, 10]),
+        ("phase.headroom", [10, 10, 10, 10, 10, 10, 10, 10]),
     ],
 )
 def test_hand_computed_allocations(policy, expected):
@@ -542,6 +549,48 @@ def test_choose_knob_two_containers():
         choose_knob(pd.DataFrame(rows).drop(columns="met_steps"), 0.9)
 
 
+def test_choose_knob_per_resource_targets_and_an_oom_budget():
+    def mem_row(pod, margin, met, alloc):  # 10 memory steps, every unmet one an OOM kill
+        return {**_frontier_row(pod, "phase.rule", margin, 10, met, alloc, "mem"), "oom_kills": 10 - met}
+
+    rows = [mem_row(p, m, met, a) for m, met, a in [(0.0, 8, 40), (0.5, 9, 50), (1.0, 10, 60)] for p in "abcd"]
+    rows += [_frontier_row(p, "phase.rule", m, 10, met, a) for m, met, a in [(0.0, 8, 4), (0.5, 10, 5)] for p in "abcd"]
+    frame = pd.DataFrame(rows)
+    # per resource: cpu at 80 % takes the cheapest margin, memory at 90 % the middle one
+    got = choose_knob(frame, ServiceLevel(cpu_fulfilment=0.8, mem_fulfilment=0.9)).set_index("resource")
+    assert (got.loc["cpu", "knob"], got.loc["mem", "knob"]) == (0.0, 0.5)
+    # an OOM budget of 150 kills per 100 containers (4 containers, one kill each at margin 0.5) also gives 0.5;
+    # 50 per 100 needs margin 1.0; the containers are counted from pod_id, or read from a totals' column
+    assert choose_knob(frame, ServiceLevel(oom_kills_per_100=150)).set_index("resource").loc["mem", "knob"] == 0.5
+    strict = choose_knob(frame, ServiceLevel(oom_kills_per_100=50)).set_index("resource").loc["mem"]
+    assert strict.knob == 1.0 and strict.reached and strict.oom_kills_per_100 == 0.0
+    totals = frame.groupby(["policy", "resource", "knob"], as_index=False)[["steps", "met_steps", "allocated", "oom_kills"]].sum()
+    totals = totals.assign(containers=4, static_allocated=100.0, throttled_steps=0, throttled_core_seconds=0.0)
+    assert choose_knob(totals, ServiceLevel(oom_kills_per_100=150)).set_index("resource").loc["mem", "knob"] == 0.5
+    # a budget no knob meets: the fewest kills, flagged
+    none = choose_knob(frame[frame.knob < 1.0], ServiceLevel(oom_kills_per_100=50)).set_index("resource").loc["mem"]
+    assert none.knob == 0.5 and not none.reached
+    # the calibration table says which target each resource was held to
+    table = calibrate(totals, totals, ServiceLevel(oom_kills_per_100=150)).set_index("resource")
+    assert table.loc["mem", "oom_budget_per_100"] == 150 and np.isnan(table.loc["mem", "target_fulfilment"])
+    assert table.loc["cpu", "target_fulfilment"] == 0.95 and np.isnan(table.loc["cpu", "oom_budget_per_100"])
+    assert "mem <= 150 OOM kills per 100 containers" in format_calibration(table.reset_index())
+    with pytest.raises(InputError, match="containers"):
+        choose_knob(totals.drop(columns="containers"), ServiceLevel(oom_kills_per_100=1))
+    with pytest.raises(InputError):
+        ServiceLevel(mem_fulfilment=1.5)
+
+
+def test_service_level_from_config():
+    from ai4dl.config import load_config
+
+    cfg = load_config(None, ["policies.target_fulfilment=0.9", "policies.target_fulfilment_mem=0.99"])
+    level = ServiceLevel.from_config(cfg.policies)
+    assert (level.cpu_fulfilment, level.mem_fulfilment, level.oom_kills_per_100) == (0.9, 0.99, None)
+    budget = ServiceLevel.from_config(load_config(None, ["policies.oom_budget_per_100=20"]).policies)
+    assert budget.describe("mem") == "<= 20 OOM kills per 100 containers" and budget.describe("cpu") == "95% of steps met"
+
+
 # ------------------------------------------------------------------------------------- proactive phase policy
 
 
@@ -589,6 +638,102 @@ def test_phase_proactive_beats_reactive_when_phases_change_at_boundaries():
     # and the transitions predict every phase change of this trace
     assert next_phase_f1(phases, transitions) == {"boundaries": 7, "predicted": 7, "correct": 7, "precision": 1.0,
                                                   "recall": 1.0, "f1": 1.0}
+
+
+# ------------------------------------------------------------------------- phase policy with learned headroom
+
+
+def _levels(value_at_zero: float, value_at_one: float) -> list[float]:
+    """A quantile table rising linearly from one value at level 0 to another at level 1."""
+    return [value_at_zero + (value_at_one - value_at_zero) * q for q in HEADROOM_LEVELS]
+
+
+def test_phase_headroom_hand_computed():
+    usage = np.array([1.0, 2, 3, 4, 2, 2, 2, 2, 6, 5, 4, 3, 1, 1, 1, 1])
+    phases = [None] * 4 + [0] * 4 + [1] * 4 + [2] * 4
+    stats = {0: {"cpu_headroom": _levels(0.0, 0.4)}, 1: {"cpu_headroom": _levels(-0.2, 0.0)}}
+    p = PolicyParams(interval_steps=4, headroom_quantile=0.5)
+    got = allocate("phase.headroom", usage, 10.0, p, phases, stats, "cpu")
+    # interval 1: no phase before it -> limit; 2: max 2 + 0.2 * 10 (phase 0 at the median); 3: max 6 - 0.1 * 10
+    np.testing.assert_allclose(got, [10] * 4 + [10] * 4 + [4] * 4 + [5] * 4)
+    # the knob reads the table by interpolation; a phase without a table (2) gets the limit
+    higher = allocate("phase.headroom", usage, 10.0, dataclasses.replace(p, headroom_quantile=1.0), phases, stats, "cpu")
+    np.testing.assert_allclose(higher[8:], [6] * 4 + [6] * 4)
+    later = np.array([None] * 4 + [0] * 4 + [1] * 4 + [2] * 4 + [2] * 4, dtype=object)
+    np.testing.assert_allclose(allocate("phase.headroom", np.ones(20), 10.0, p, later, stats, "cpu")[16:], 10.0)
+
+
+def test_headroom_tables_from_jumps_of_a_trace():
+    usage = np.array([1.0, 2, 5, 5, 4, 3, 3, 3])
+    phases = np.array([0, 0, 1, 1, 1, 1, 0, None], dtype=object)
+    ph, jump = jumps_of(usage, np.full(8, 10.0), phases, 2)
+    # interval maxima 2, 5, 4, 3; phases before intervals 1..3: 0 (step 1), 1 (step 3), 1 (step 5)
+    np.testing.assert_allclose(ph, [0, 1, 1])
+    np.testing.assert_allclose(jump, [0.3, -0.1, -0.1])
+    tables = headroom_tables(ph, jump)
+    assert set(tables) == {0, 1} and len(tables[0]) == len(HEADROOM_LEVELS)
+    np.testing.assert_allclose(tables[1], -0.1)
+    # the per-container frame is the same rule over replay_frame, for both resources
+    pdf = _container("a", "svc", list(usage), 10.0, list(usage * 1e9), 1e10, list(phases))
+    frame = container_jumps(pdf, PolicyParams(interval_steps=2))
+    assert list(frame.columns) == ["phase", "resource", "jump"]
+    np.testing.assert_allclose(frame[frame.resource == "mem"].jump, [0.3, -0.1, -0.1])
+
+
+def test_phase_headroom_stats_in_spark_equal_the_pandas_tables(spark):
+    from ai4dl.policies.fleet import phase_headroom_stats
+
+    p = PolicyParams(interval_steps=2)
+    a = _container("a", "s", [1.0, 2, 5, 5, 4, 3, 3, 3], 10.0, [1e9, 2e9, 5e9, 5e9, 4e9, 3e9, 3e9, 3e9], 1e10,
+                   [0, 0, 1, 1, 1, 1, 0, None])
+    b = _container("b", "s", [2.0, 2, 2, 2, 8, 8], 20.0, [1e9] * 6, 1e10, [0, 0, 0, 0, 1, 1])
+    got = phase_headroom_stats(_spark_df(spark, [a, b]), p)
+    frames = pd.concat([container_jumps(a, p), container_jumps(b, p)])
+    for resource in ("cpu", "mem"):
+        part = frames[frames.resource == resource]
+        want = headroom_tables(part.phase.to_numpy(), part.jump.to_numpy())
+        assert set(got) == set(want)
+        for phase, table in want.items():
+            # approximate percentiles return observed jumps: exact at the ends, within the jumps in between
+            spark_table = got[phase][f"{resource}_headroom"]
+            assert spark_table[0] == pytest.approx(table[0]) and spark_table[-1] == pytest.approx(table[-1])
+            assert spark_table == sorted(spark_table)
+
+
+def test_phase_headroom_live_allocation_is_the_replays():
+    # what the stream recommends for the next step is what the replay of the whole trace holds there
+    from ai4dl.policies.replay import next_allocation
+
+    usage = [1.0, 2, 5, 5, 4, 3, 3, 3, 6, 6, 2, 2]
+    phases = [0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0]
+    pdf = _container("a", "s", usage, 10.0, [u * 1e9 for u in usage], 1e10, phases)
+    p = PolicyParams(interval_steps=4, headroom_quantile=0.8)
+    stats = {0: {"cpu_headroom": _levels(0.0, 0.3), "mem_headroom": _levels(0.1, 0.2)},
+             1: {"cpu_headroom": _levels(-0.1, 0.1), "mem_headroom": _levels(0.0, 0.05)}}
+    whole = {r: allocate("phase.headroom", pdf[u].to_numpy(), pdf[c].to_numpy(), p, pdf["phase"].to_numpy(object), stats, r)
+             for r, (u, c) in (("cpu", ("cpu_usage_cores", "cpu_num_cores")), ("mem", ("mem_current", "mem_limit")))}
+    for last in range(3, 11):
+        got = next_allocation(pdf.iloc[: last + 1], "phase.headroom", p, stats)
+        assert got["step"] == last + 1
+        assert got["cpu"] == pytest.approx(whole["cpu"][last + 1]) and got["mem"] == pytest.approx(whole["mem"][last + 1])
+
+
+def test_phase_headroom_learns_a_ramp_the_reactive_rule_misses():
+    # phase 0 is steady at 1 core; phase 1 ramps up by 1 core per step: the reactive rule is always one
+    # interval behind a ramp, the headroom learned for phase 1 (the ramp's jump per interval) is not
+    steady, ramp = [1.0] * 8, [1.0 + i for i in range(8)]
+    usage = np.array(steady + ramp + steady + ramp)
+    phases = np.array([0] * 8 + [1] * 8 + [0] * 8 + [1] * 8, dtype=object)
+    p = PolicyParams(interval_steps=4)
+    ph, jump = jumps_of(usage, np.full(len(usage), 10.0), phases, 4)
+    stats = {int(k): {"cpu_headroom": v} for k, v in headroom_tables(ph, jump).items()}
+    pdf = _container("a", "svc", list(usage), 10.0, list(usage * 1e9), 1e10, list(phases))
+    frontier = replay_container_grid(pdf, p, stats)
+    chosen = choose_knob(frontier[frontier.resource == "cpu"], 0.9).set_index("policy")
+    head, rules, prev_max = (chosen.loc[name] for name in ("phase.headroom", "prev.step.rules", "prev.step.max"))
+    # no spread multiple of the previous interval and no margin on its max (up to +100 %) keeps up with the ramp
+    assert head.reached and not rules.reached and not prev_max.reached
+    assert head.fulfilment > max(rules.fulfilment, prev_max.fulfilment)
 
 
 def test_next_phase_f1_counts():

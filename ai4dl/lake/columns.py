@@ -97,7 +97,8 @@ POLICY_CALIBRATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("resource", "string", False),  # cpu | mem
     ("knob_name", "string", True),  # the PolicyParams field tuned (null: a policy without a knob)
     ("knob", "double", True),
-    ("target_fulfilment", "double", False),
+    ("target_fulfilment", "double", True),  # the share of steps to meet (null: memory held to an OOM budget)
+    ("oom_budget_per_100", "double", True),  # memory's OOM budget per 100 containers, when that is the target
     ("train_fulfilment", "double", True),  # on the training containers, where the knob was chosen
     ("reached", "boolean", False),  # the target was reached on the training containers
     ("containers", "bigint", False),  # held-out containers scored

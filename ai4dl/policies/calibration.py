@@ -36,7 +36,7 @@ import pandas as pd
 
 from ai4dl.errors import InputError
 from ai4dl.lake.columns import POLICY_CALIBRATION_FIELDS
-from ai4dl.policies.replay import POLICIES, choose_knob
+from ai4dl.policies.replay import POLICIES, ServiceLevel, choose_knob
 
 CALIBRATION_COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in POLICY_CALIBRATION_FIELDS)
 _TOTALS = ("containers", "steps", "met_steps", "allocated", "static_allocated", "oom_kills", "throttled_steps",
@@ -51,14 +51,16 @@ def _ratio(num: float, den: float) -> float:
     return float(num) / float(den) if den else math.nan
 
 
-def calibrate(train_totals: pd.DataFrame, held_totals: pd.DataFrame, target_fulfilment: float) -> pd.DataFrame:
+def calibrate(train_totals: pd.DataFrame, held_totals: pd.DataFrame, target_fulfilment: float | ServiceLevel) -> pd.DataFrame:
     """One row per (policy, resource) with :data:`CALIBRATION_COLUMNS`: the knob chosen on ``train_totals``
-    for ``target_fulfilment``, and the held-out totals at that knob with savings against static, against the
-    calibrated ``prev.step.rules`` and against the calibrated ``vpa`` of the same resource."""
+    for ``target_fulfilment`` (one share for both resources, or a :class:`~ai4dl.policies.replay.ServiceLevel`),
+    and the held-out totals at that knob with savings against static, against the calibrated
+    ``prev.step.rules`` and against the calibrated ``vpa`` of the same resource."""
     missing = [c for c in ("policy", "resource", "knob", *_TOTALS) if c not in held_totals.columns]
     if missing:
         raise InputError(f"held-out totals lack column(s) {missing}")
     chosen = choose_knob(train_totals, target_fulfilment)
+    level = ServiceLevel.of(target_fulfilment)
     rows = []
     for c in chosen.itertuples(index=False):
         held = held_totals[(held_totals["policy"] == c.policy) & (held_totals["resource"] == c.resource)
@@ -69,7 +71,9 @@ def calibrate(train_totals: pd.DataFrame, held_totals: pd.DataFrame, target_fulf
         rows.append({
             "policy": c.policy, "resource": c.resource, "knob_name": c.knob_name,
             "knob": None if c.knob is None or (isinstance(c.knob, float) and math.isnan(c.knob)) else float(c.knob),
-            "target_fulfilment": float(target_fulfilment), "train_fulfilment": float(c.fulfilment),
+            "target_fulfilment": level.fulfilment(c.resource),
+            "oom_budget_per_100": float(level.oom_kills_per_100) if level.by_oom(c.resource) else math.nan,
+            "train_fulfilment": float(c.fulfilment),
             "reached": bool(c.reached), "containers": int(h["containers"]), "steps": int(h["steps"]),
             "allocated": float(h["allocated"]), "static_allocated": float(h["static_allocated"]),
             "fulfilment": _ratio(h["met_steps"], h["steps"]),
@@ -93,8 +97,11 @@ def format_calibration(table: pd.DataFrame) -> str:
     """The comparison people ask for first: per resource, savings vs static and vs VPA at the target."""
     if table.empty:
         return "calibration: nothing to compare"
-    target = float(table["target_fulfilment"].iloc[0])
-    lines = [f"policies at {target:.0%} fulfilment (knob chosen on training containers, scored on held-out ones)"]
+    targets = []
+    for resource, rows in table.groupby("resource", sort=True):
+        budget, share = rows["oom_budget_per_100"].iloc[0], rows["target_fulfilment"].iloc[0]
+        targets.append(f"{resource} <= {budget:g} OOM kills per 100 containers" if pd.notna(budget) else f"{resource} {share:.0%} of steps met")
+    lines = [f"policies at {', '.join(targets)} (knob chosen on training containers, scored on held-out ones)"]
     head = f"{'resource':<8} {'policy':<20} {'knob':>18} {'fulfilment':>10} {'vs static':>9} {'vs VPA':>8} {'vs prev.rules':>13} {'OOM/100':>8} {'throttled s':>11}"
     lines.append(head)
     lines.append("-" * len(head))

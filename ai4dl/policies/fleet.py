@@ -13,9 +13,11 @@ from pyspark.sql.window import Window
 
 from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
 from ai4dl.policies.replay import (
+    HEADROOM_LEVELS,
     INPUT_COLUMNS,
     POLICIES,
     PolicyParams,
+    container_jumps,
     finite_value,
     normalise_stats,
     normalise_transitions,
@@ -51,15 +53,17 @@ def replay_fleet_grid(
     phase_stats: Mapping | None = None,
     transitions: Any = None,
     knobs: Mapping[str, Sequence[float]] | None = None,
+    policies: Sequence[str] | None = None,
 ) -> DataFrame:
     """:func:`replay_container_grid` over every container (``POLICY_FRONTIER`` rows), in the executors; summed
     per (policy, resource, knob) it is what :func:`~ai4dl.policies.replay.choose_knob` calibrates on."""
     params = params or PolicyParams()
     stats, flat = _plain(phase_stats, transitions)
     grid = {p: [float(v) for v in values] for p, values in (knobs or {}).items()}
+    chosen = None if policies is None else list(policies)
 
     def replay(pdf: pd.DataFrame) -> pd.DataFrame:
-        return replay_container_grid(pdf, params, stats, flat, grid)
+        return replay_container_grid(pdf, params, stats, flat, grid, chosen)
 
     return phases_df.select(*INPUT_COLUMNS).groupBy("pod_id").applyInPandas(replay, POLICY_FRONTIER)
 
@@ -152,3 +156,30 @@ def phase_fraction_stats(phases_df: DataFrame, quantile: float = 0.95, accuracy:
     )
     return {int(r["phase"]): {"cpu_fraction": finite_value(r["cpu"]), "mem_fraction": finite_value(r["mem"])} for r in rows}
 
+
+def phase_headroom_stats(
+    phases_df: DataFrame, params: PolicyParams | None = None, accuracy: int = 10_000
+) -> dict[int, dict[str, list[float]]]:
+    """``{phase: {"cpu_headroom": [...], "mem_headroom": [...]}}``: per phase, the quantiles at
+    :data:`~ai4dl.policies.replay.HEADROOM_LEVELS` of the interval-to-interval jumps of usage (as a share of the
+    limit) seen after that phase, which ``phase.headroom`` allocates from. The jumps are computed per container
+    in the executors (:func:`~ai4dl.policies.replay.container_jumps`, the replay's own interval rule) and
+    reduced per (phase, resource) by one approximate-percentile aggregation: only k x 2 rows reach the driver.
+    Give it the training containers only."""
+    params = params or PolicyParams()
+
+    def jumps(pdf: pd.DataFrame) -> pd.DataFrame:
+        return container_jumps(pdf, params)
+
+    levels = F.array(*[F.lit(float(q)) for q in HEADROOM_LEVELS])
+    rows = (
+        phases_df.select(*INPUT_COLUMNS).groupBy("pod_id")
+        .applyInPandas(jumps, "phase bigint, resource string, jump double")
+        .groupBy("phase", "resource")
+        .agg(F.percentile_approx("jump", levels, accuracy).alias("quantiles"))
+        .collect()
+    )
+    out: dict[int, dict[str, list[float]]] = {}
+    for r in rows:
+        out.setdefault(int(r["phase"]), {})[f"{r['resource']}_headroom"] = [float(v) for v in r["quantiles"]]
+    return out

@@ -33,6 +33,17 @@ chooses one allocation per resource (``cpu`` in cores, ``mem`` in bytes) and hol
     probabilities say which phase comes next, not when: the likely successors are provisioned for at every
     interval of a run, not only near its end. No phase seen yet, or a phase to provision for without a (finite)
     statistic: the limit. Without ``transitions`` it equals ``phase.rule``.
+``phase.headroom``
+    a reactive rule whose headroom is learned per phase: the max of the previous interval's usage plus
+    ``h(p) * limit``, where ``p`` is the current phase (as in ``phase.rule``) and ``h(p)`` the
+    ``headroom_quantile`` (the knob) of the *jumps* seen after phase ``p`` on the training containers: for
+    every interval ``i >= 1`` of a training container whose phase before it was ``p``, ``(max of interval i -
+    max of interval i-1) / limit`` (:func:`interval_jumps`). A steady phase learns a headroom near zero, a
+    phase that ramps up learns a large one, a phase that unloads a negative one; each container keeps its own
+    level (its last max) and scale (its limit). The jumps are kept per phase as a quantile table
+    (``{"cpu_headroom": [...], "mem_headroom": [...]}`` beside the phase's other statistics, the quantiles at
+    :data:`HEADROOM_LEVELS`, read by linear interpolation). No phase, no previous usage, or a phase without
+    a table: the limit.
 ``vpa`` (the Kubernetes VPA recommender, v1.8.1)
     the target of the real VPA recommender (:class:`ai4dl.policies.vpa.VpaRecommender`, equal to the Go code
     decision by decision): CPU target for ``cpu``, memory target for ``mem``. Before each interval the
@@ -100,6 +111,7 @@ POLICIES: tuple[str, ...] = (
     "prev.step.rules",
     "phase.rule",
     "phase.proactive",
+    "phase.headroom",
     "vpa",
 )
 
@@ -111,8 +123,12 @@ KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
     "prev.step.rules": ("k_std", (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)),
     "phase.rule": ("margin", _MARGINS),
     "phase.proactive": ("margin", _MARGINS),
+    "phase.headroom": ("headroom_quantile", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0)),
     "vpa": ("vpa_percentile", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99)),
 }
+
+# The quantile levels at which a phase's jumps are kept (phase.headroom): 0, 0.5 %, ..., 100 %.
+HEADROOM_LEVELS: tuple[float, ...] = tuple(i / 200 for i in range(201))
 
 # resource -> (usage column, limit column) of the PHASES schema.
 RESOURCES: dict[str, tuple[str, str]] = {
@@ -139,6 +155,7 @@ class PolicyParams:
     margin: float = 0.15
     prev_max_margin: float = 0.0
     proactive_threshold: float = 0.2
+    headroom_quantile: float = 0.9
     vpa_percentile: float = 0.9
     vpa_margin: float = 0.15
     vpa_cpu_half_life_s: float = 1200.0
@@ -152,7 +169,7 @@ class PolicyParams:
 
         if int(self.interval_steps) < 1:
             raise bad("interval_steps", "must be >= 1")
-        for name in ("vpa_percentile", "proactive_threshold"):
+        for name in ("vpa_percentile", "proactive_threshold", "headroom_quantile"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 raise bad(name, "must be in [0, 1]")
         for name in ("k_std", "margin", "prev_max_margin", "vpa_margin"):
@@ -322,6 +339,88 @@ def _phase_decisions(
     return decision
 
 
+def _headroom(stats: Mapping[int, Mapping], phase: int, resource: str, quantile: float) -> float:
+    """Phase ``phase``'s learned headroom for ``resource`` (a share of the limit) at ``quantile``, read from its
+    quantile table at :data:`HEADROOM_LEVELS` by linear interpolation; NaN without a usable table."""
+    entry = stats.get(phase)
+    table = entry.get(f"{resource}_headroom") if isinstance(entry, Mapping) else None
+    if table is None:
+        return math.nan
+    values = np.asarray(table, dtype=float)
+    if values.shape != (len(HEADROOM_LEVELS),) or not np.isfinite(values).all():
+        return math.nan
+    return float(np.interp(quantile, HEADROOM_LEVELS, values))
+
+
+def _headroom_decisions(
+    usage: np.ndarray, phases: np.ndarray, lim: np.ndarray, length: int, params: PolicyParams,
+    stats: Mapping[int, Mapping], resource: str,
+) -> np.ndarray:
+    """``phase.headroom``: per interval, the previous interval's max plus the current phase's learned headroom
+    times the limit at the interval's start."""
+    n = len(usage)
+    current = _phase_before(phases, length)
+    prev_max = np.concatenate([[np.nan], _interval_stat(usage, length, "max", 0.0)[:-1]])
+    decision = np.full(len(current), np.nan)
+    q = float(params.headroom_quantile)
+    for i, p in enumerate(current):
+        if np.isnan(p) or np.isnan(prev_max[i]):
+            continue
+        decision[i] = prev_max[i] + _headroom(stats, int(p), resource, q) * lim[min(i * length, n - 1)]
+    return decision
+
+
+def jumps_of(usage: np.ndarray, limit: np.ndarray, phases: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+    """What ``phase.headroom`` learns from one container: for every interval ``i >= 1`` with a phase before it
+    and known usage in both intervals, that phase and ``(max_i - max_{i-1}) / limit`` (the limit at the start
+    of interval ``i``). Returns ``(phases, jumps)``, same length, intervals in order.
+
+    >>> p, j = jumps_of(np.array([1.0, 2, 5, 5, 4, 3]), np.full(6, 10.0), np.array([0, 0, 1, 1, 1, 1]), 2)
+    >>> p.tolist(), j.tolist()
+    ([0.0, 1.0], [0.3, -0.1])
+    """
+    n = len(usage)
+    maxima = _interval_stat(np.asarray(usage, dtype=float), length, "max", 0.0)
+    current = _phase_before(phases, length)
+    starts = np.minimum(np.arange(len(maxima)) * length, max(n - 1, 0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        jump = (maxima[1:] - maxima[:-1]) / np.asarray(limit, dtype=float)[starts[1:]]
+    keep = ~np.isnan(current[1:]) & np.isfinite(jump)
+    return current[1:][keep], jump[keep]
+
+
+JUMP_COLUMNS: tuple[str, ...] = ("phase", "resource", "jump")
+
+
+def container_jumps(pdf: pd.DataFrame, params: PolicyParams | None = None) -> pd.DataFrame:
+    """:func:`jumps_of` for both resources of one container's ``PHASES`` rows, read as the replay reads them
+    (:func:`replay_frame`): columns :data:`JUMP_COLUMNS`, one row per (interval, resource)."""
+    params = params or PolicyParams()
+    if pdf is None or len(pdf) == 0:
+        return pd.DataFrame({"phase": pd.Series(dtype="int64"), "resource": pd.Series(dtype="object"),
+                             "jump": pd.Series(dtype="float64")})
+    trace = _trace(pdf, params)
+    parts = []
+    for resource in RESOURCES:
+        if trace.phases is None:
+            continue
+        ph, jump = jumps_of(trace.usage[resource], trace.limit[resource], trace.phases, int(params.interval_steps))
+        parts.append(pd.DataFrame({"phase": ph.astype("int64"), "resource": resource, "jump": jump}))
+    if not parts:
+        return container_jumps(None)
+    return pd.concat(parts, ignore_index=True)[list(JUMP_COLUMNS)]
+
+
+def headroom_tables(phases: np.ndarray, jumps: np.ndarray) -> dict[int, list[float]]:
+    """``{phase: quantiles of its jumps at HEADROOM_LEVELS}``: the in-memory counterpart of the Spark
+    aggregation :func:`ai4dl.policies.fleet.phase_headroom_stats` (for tests, notebooks and small fleets)."""
+    out: dict[int, list[float]] = {}
+    phases, jumps = np.asarray(phases, dtype=float), np.asarray(jumps, dtype=float)
+    for p in np.unique(phases[~np.isnan(phases)]):
+        out[int(p)] = np.quantile(jumps[phases == p], HEADROOM_LEVELS).tolist()
+    return out
+
+
 def _vpa_decisions(
     usage: np.ndarray, lim: np.ndarray, length: int, params: PolicyParams, resource: str, ts_seconds: np.ndarray | None
 ) -> np.ndarray:
@@ -380,7 +479,8 @@ def allocate(
     ``limit`` is a scalar or a per-step array; every allocation is ``min(decision, limit)`` and ``>= 0``, and
     an interval without a decision (first interval of a reactive policy, no phase, no history) gets the limit.
     ``phases`` (per step, None/NaN = unlabelled) and ``phase_stats`` (``{phase: {"cpu": v, "mem": v}}`` or
-    ``{phase: {"cpu_fraction": f, "mem_fraction": f}}``) are used by the phase policies, ``transitions``
+    ``{phase: {"cpu_fraction": f, "mem_fraction": f}}``, and for ``phase.headroom`` ``"cpu_headroom"`` /
+    ``"mem_headroom"`` quantile tables) are used by the phase policies, ``transitions``
     (``{(src, dst): probability}``, see :func:`normalise_transitions`) by ``phase.proactive``; ``resource`` picks
     the statistic and, for ``vpa``, the target. ``ts_seconds`` (per step, seconds, NaN = unknown) is ``vpa``'s
     clock; without it sample k is at ``k * vpa_step_seconds``.
@@ -415,6 +515,11 @@ def allocate(
             ph = _per_step("phases", phases, n, dtype=object)
             successors = normalise_transitions(transitions) if policy == "phase.proactive" else None
             decision = _phase_decisions(ph, lim, length, params, normalise_stats(phase_stats), resource, successors)
+    elif policy == "phase.headroom":
+        decision = np.full(n_int, np.nan)
+        if phases is not None:
+            ph = _per_step("phases", phases, n, dtype=object)
+            decision = _headroom_decisions(u, ph, lim, length, params, normalise_stats(phase_stats), resource)
     else:  # vpa
         ts = None if ts_seconds is None else _per_step("ts_seconds", ts_seconds, n)
         decision = _vpa_decisions(u, lim, length, params, resource, ts)
@@ -573,20 +678,25 @@ def replay_container_grid(
     phase_stats: Mapping | None = None,
     transitions: Any = None,
     knobs: Mapping[str, Sequence[float]] | None = None,
+    policies: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Replay one container under every policy and every value of its knob: one row per (policy, knob value,
-    resource), columns :data:`FRONTIER_COLUMNS` (``knob`` NaN for the policies without one, replayed once).
+    """Replay one container under every policy (or those of ``policies``) and every value of its knob: one row
+    per (policy, knob value, resource), columns :data:`FRONTIER_COLUMNS` (``knob`` NaN for the policies without
+    one, replayed once).
 
     ``knobs`` maps a policy of :data:`KNOBS` to the values to try instead of its default grid; every other
     parameter is ``params``'. Summed over containers, these rows are what :func:`choose_knob` calibrates on.
     """
     params = params or PolicyParams()
     grids = _grids(knobs)
+    unknown = [p for p in (policies or ()) if p not in POLICIES]
+    if unknown:
+        raise InputError(f"unknown policies {unknown} (known: {', '.join(POLICIES)})")
     if pdf is None or len(pdf) == 0:
         return _frame([], POLICY_FRONTIER_FIELDS)
     trace = _trace(pdf, params)
     rows = []
-    for policy in POLICIES:
+    for policy in POLICIES if policies is None else [p for p in POLICIES if p in policies]:
         if policy not in KNOBS:
             rows += [{**r, "knob": math.nan} for r in _replay_rows(trace, policy, params, phase_stats, transitions)]
             continue
@@ -597,13 +707,69 @@ def replay_container_grid(
     return _frame(rows, POLICY_FRONTIER_FIELDS)
 
 
+@dataclass(frozen=True)
+class ServiceLevel:
+    """The service level policies are compared at, per resource: the share of steps that get at least their
+    usage (``cpu_fulfilment``, ``mem_fulfilment``), or for memory, when ``oom_kills_per_100`` is set, an OOM
+    budget instead: at most that many OOM kills per 100 containers (a platform team often states memory that way).
+
+    >>> ServiceLevel.of(0.9).describe("mem"), ServiceLevel(oom_kills_per_100=20).describe("mem")
+    ('90% of steps met', '<= 20 OOM kills per 100 containers')
+    """
+
+    cpu_fulfilment: float = 0.95
+    mem_fulfilment: float = 0.95
+    oom_kills_per_100: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_fulfilment", "mem_fulfilment"):
+            if not 0.0 <= finite_value(getattr(self, name)) <= 1.0:
+                raise InputError(f"ServiceLevel.{name} must be in [0, 1], got {getattr(self, name)!r}")
+        if self.oom_kills_per_100 is not None and not finite_value(self.oom_kills_per_100) >= 0.0:
+            raise InputError(f"ServiceLevel.oom_kills_per_100 must be >= 0, got {self.oom_kills_per_100!r}")
+
+    @classmethod
+    def of(cls, target: "float | ServiceLevel") -> "ServiceLevel":
+        """A service level as given, or one fulfilment for both resources."""
+        if isinstance(target, ServiceLevel):
+            return target
+        return cls(cpu_fulfilment=float(target), mem_fulfilment=float(target))
+
+    @classmethod
+    def from_config(cls, section: Any) -> "ServiceLevel":
+        """From the ``policies`` config section: ``target_fulfilment``, overridden per resource by
+        ``target_fulfilment_cpu`` / ``target_fulfilment_mem``, and ``oom_budget_per_100``."""
+        get = section.get if isinstance(section, Mapping) else lambda k, d=None: getattr(section, k, d)
+        both = float(get("target_fulfilment", 0.95))
+        cpu, mem = get("target_fulfilment_cpu"), get("target_fulfilment_mem")
+        return cls(cpu_fulfilment=both if cpu is None else float(cpu), mem_fulfilment=both if mem is None else float(mem),
+                   oom_kills_per_100=get("oom_budget_per_100"))
+
+    def by_oom(self, resource: str) -> bool:
+        return resource == "mem" and self.oom_kills_per_100 is not None
+
+    def fulfilment(self, resource: str) -> float:
+        """The fulfilment target of ``resource`` (NaN when memory is held to an OOM budget instead)."""
+        if self.by_oom(resource):
+            return math.nan
+        return float(self.cpu_fulfilment if resource == "cpu" else self.mem_fulfilment)
+
+    def describe(self, resource: str) -> str:
+        if self.by_oom(resource):
+            return f"<= {self.oom_kills_per_100:g} OOM kills per 100 containers"
+        return f"{self.fulfilment(resource):.0%} of steps met"
+
+
 # The replay's numeric columns that add up over containers (shortfall_max is a max, not a sum).
 _ADDITIVE = tuple(name for name, sql_type, _ in POLICY_REPLAY_FIELDS if sql_type in _PANDAS_DTYPES and name != "shortfall_max")
 
 
-def choose_knob(frame: pd.DataFrame, target_fulfilment: float) -> pd.DataFrame:
+def choose_knob(frame: pd.DataFrame, target_fulfilment: "float | ServiceLevel") -> pd.DataFrame:
     """Per (policy, resource), the knob value with the smallest ``allocated`` whose fulfilment (``met_steps /
     steps``) is at least ``target_fulfilment``: each policy at the matched service level, at its lowest cost.
+    ``target_fulfilment`` is one share for both resources or a :class:`ServiceLevel` (one per resource, or an
+    OOM budget for memory: OOM kills per 100 containers at most the budget; containers are the ``containers``
+    column summed, or the distinct ``pod_id`` values; without a budget met, the fewest kills win).
 
     ``frame`` holds rows of (``policy``, ``resource``, ``knob``) with at least ``steps``, ``met_steps`` and
     ``allocated`` (e.g. :func:`replay_container_grid`'s rows of many containers, or totals already summed per
@@ -616,23 +782,43 @@ def choose_knob(frame: pd.DataFrame, target_fulfilment: float) -> pd.DataFrame:
     ``resource``, ``knob_name`` (the :class:`PolicyParams` field, None without a knob), ``knob``, the summed
     columns, ``fulfilment`` and ``reached``.
     """
-    target = finite_value(target_fulfilment)
-    if not 0.0 <= target <= 1.0:
-        raise InputError(f"target_fulfilment must be in [0, 1], got {target_fulfilment!r}")
+    if not isinstance(target_fulfilment, ServiceLevel):
+        target = finite_value(target_fulfilment)
+        if not 0.0 <= target <= 1.0:
+            raise InputError(f"target_fulfilment must be in [0, 1], got {target_fulfilment!r}")
+    level = ServiceLevel.of(target_fulfilment)
     missing = [c for c in ("policy", "resource", "knob", "steps", "met_steps", "allocated") if c not in frame.columns]
+    if level.oom_kills_per_100 is not None:
+        missing += [c for c in ("oom_kills",) if c not in frame.columns]
+        if "containers" not in frame.columns and "pod_id" not in frame.columns:
+            missing.append("containers (or pod_id)")
     if missing:
         raise InputError(f"choose_knob: the frame lacks column(s) {missing} (have: {list(frame.columns)})")
-    summed = [c for c in _ADDITIVE if c in frame.columns]
-    totals = frame.groupby(["policy", "resource", "knob"], dropna=False, sort=True)[summed].sum().reset_index()
+    keys = ["policy", "resource", "knob"]
+    summed = [c for c in _ADDITIVE if c in frame.columns] + (["containers"] if "containers" in frame.columns else [])
+    totals = frame.groupby(keys, dropna=False, sort=True)[summed].sum().reset_index()
+    if "containers" not in totals.columns and "pod_id" in frame.columns:
+        counted = frame.groupby(keys, dropna=False, sort=True)["pod_id"].nunique().reset_index(name="containers")
+        totals = totals.merge(counted, on=keys, how="left")
     steps = totals["steps"].to_numpy(dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         totals["fulfilment"] = np.where(steps > 0, totals["met_steps"].to_numpy(dtype=float) / steps, np.nan)
-    totals["reached"] = totals["fulfilment"].to_numpy() >= target  # NaN (no steps) never reaches
+        if "containers" in totals.columns and "oom_kills" in totals.columns:
+            n = totals["containers"].to_numpy(dtype=float)
+            totals["oom_kills_per_100"] = np.where(n > 0, 100.0 * totals["oom_kills"].to_numpy(dtype=float) / n, np.nan)
+    wanted = totals["resource"].map(level.fulfilment).to_numpy(dtype=float)
+    totals["reached"] = totals["fulfilment"].to_numpy() >= wanted  # NaN (no steps) never reaches
+    if level.oom_kills_per_100 is not None:
+        by_oom = (totals["resource"] == "mem").to_numpy()
+        within = totals["oom_kills_per_100"].to_numpy(dtype=float) <= float(level.oom_kills_per_100)
+        totals["reached"] = np.where(by_oom, within, totals["reached"].to_numpy())
 
     picks = []
-    for (_, _), group in totals.groupby(["policy", "resource"], sort=False):
+    for (_, resource), group in totals.groupby(["policy", "resource"], sort=False):
         if group["reached"].any():
             best = group[group["reached"]].sort_values(["allocated", "knob"], kind="stable").iloc[0]
+        elif level.by_oom(resource):
+            best = group.sort_values(["oom_kills_per_100", "allocated", "knob"], na_position="last", kind="stable").iloc[0]
         else:
             best = group.sort_values(["fulfilment", "allocated", "knob"], ascending=[False, True, True],
                                      na_position="last", kind="stable").iloc[0]

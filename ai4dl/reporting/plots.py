@@ -68,6 +68,7 @@ POLICY_COLOURS: dict[str, str] = {
     "prev.step.rules": _to_hex(_TAB10[8]),
     "phase.rule": _to_hex(_TAB10[3]),
     "phase.proactive": _to_hex(_TAB10[6]),
+    "phase.headroom": _to_hex(_TAB10[2]),
     "vpa": _to_hex(_TAB10[4]),
 }
 """Policy -> colour, shared by :func:`plot_policy_curves` and :func:`plot_savings`."""
@@ -495,10 +496,11 @@ def plot_savings(summary_pdf: pd.DataFrame, png_path: str | Path, title: str | N
 
 
 def plot_frontier(totals: pd.DataFrame, calibration: pd.DataFrame | None, png_path: str | Path,
-                  target: float | None = None, title: str | None = None) -> Path:
+                  target: float | Mapping[str, float | None] | None = None, title: str | None = None) -> Path:
     """The frontier: savings vs static against fulfilment over each policy's knob range, held-out containers
     (one panel per resource; rows of :func:`ai4dl.policies.fleet.frontier_totals`). The knob chosen on the
-    training containers is ringed; the dashed line is the target fulfilment. Up and right is better."""
+    training containers is ringed; the dashed line is the target fulfilment (one for both resources, or per
+    resource; none for memory held to an OOM budget). Up and right is better."""
     heading = title or "Policy frontiers (held-out containers): savings vs fulfilment over each knob"
     if totals is None or totals.empty:
         return _empty(png_path, heading)
@@ -520,8 +522,9 @@ def plot_frontier(totals: pd.DataFrame, calibration: pd.DataFrame | None, png_pa
                 for c in chosen.itertuples(index=False):
                     ax.plot([c.fulfilment], [c.savings_vs_static], "o", markersize=10, markerfacecolor="none",
                             markeredgecolor=colour, markeredgewidth=1.6)
-        if target is not None:
-            ax.axvline(target, color="#555555", linestyle="--", linewidth=0.9)
+        line = target.get(res) if isinstance(target, Mapping) else target
+        if line is not None:
+            ax.axvline(line, color="#555555", linestyle="--", linewidth=0.9)
         ax.set_xlabel("fulfilment (steps with allocation >= usage)")
         ax.set_ylabel("savings vs static")
         ax.xaxis.set_major_formatter(lambda v, _pos: f"{100 * v:.0f}%")

@@ -61,7 +61,7 @@ class Live:
     max_gap_seconds: float | None = None
     policy: str = "phase.proactive"
     params: PolicyParams = field(default_factory=PolicyParams)
-    phase_stats: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    phase_stats: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     transitions: Mapping[int, Mapping[int, float]] = field(default_factory=dict)  # the policy's (training)
     next_phase: Mapping[int, Mapping[int, float]] = field(default_factory=dict)  # the prediction's (gold)
     phase_names: Mapping[int, str] = field(default_factory=dict)

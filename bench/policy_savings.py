@@ -1,0 +1,140 @@
+"""Policy savings at a matched service level on the frozen fleet (issue 10's goal), and on the DLaaS sample.
+
+    .venv/bin/python bench/policy_savings.py                                   # ../shared/data/fleet/fleet-2026
+    .venv/bin/python bench/policy_savings.py --input ../shared/data/reference/dlaas_sample.csv --format csv
+    .venv/bin/python bench/policy_savings.py --reuse                           # policies only, on the kept lake
+
+Ingests the input (never regenerated or edited), windows it, trains on the training containers of the
+configured split, labels, builds the behaviour tables and runs the ``policies`` stage: each policy's knob is
+chosen on the *training* containers for ``policies.target_fulfilment`` and scored on the *held-out* ones. Then
+prints, per resource, the best phase policy against ``prev.step.rules`` and ``vpa`` (the goal: >= 25 % and
+>= 10 % less allocated, at most a fifth of the reactive rule's OOM kills), the oracle's bound at the same
+service level (``current.step.max`` with the cheapest margin-free allocation meeting every step of an
+interval), and an ablation: ``phase.headroom`` with every phase merged into one (the same policy without
+phases), so what the phases add is a number. One ``POLICY_JSON`` line at the end. A figure, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PHASE_POLICIES = ("phase.rule", "phase.proactive", "phase.headroom")
+
+
+def _goal_lines(table, resource: str) -> dict:
+    rows = table[(table["resource"] == resource)].set_index("policy")
+    phase = rows.loc[[p for p in PHASE_POLICIES if p in rows.index]]
+    reached = phase[phase["reached"]]
+    best = (reached if len(reached) else phase).sort_values("allocated").iloc[0]
+    rules, vpa = rows.loc["prev.step.rules"], rows.loc["vpa"]
+    out = {
+        "best_phase_policy": best.name, "knob": None if best["knob"] is None or math.isnan(best["knob"]) else float(best["knob"]),
+        "fulfilment": float(best["fulfilment"]), "savings_vs_static": float(best["savings_vs_static"]),
+        "less_than_prev_rules": float(1.0 - best["allocated"] / rules["allocated"]),
+        "less_than_vpa": float(1.0 - best["allocated"] / vpa["allocated"]),
+        "prev_rules_savings_vs_static": float(rules["savings_vs_static"]),
+        "vpa_savings_vs_static": float(vpa["savings_vs_static"]),
+        "prev_rules_fulfilment": float(rules["fulfilment"]), "vpa_fulfilment": float(vpa["fulfilment"]),
+    }
+    if resource == "mem":
+        out.update(oom_kills_per_100=float(best["oom_kills_per_100"]),
+                   prev_rules_oom_kills_per_100=float(rules["oom_kills_per_100"]),
+                   vpa_oom_kills_per_100=float(vpa["oom_kills_per_100"]))
+    return out
+
+
+def _without_phases(cfg, lake, params) -> dict:
+    """phase.headroom calibrated and scored as the stage does, with every labelled step in one phase."""
+    from pyspark.sql import functions as F
+
+    from ai4dl.policies.calibration import calibrate
+    from ai4dl.policies.replay import ServiceLevel
+    from ai4dl.policies.fleet import frontier_totals, phase_headroom_stats, replay_fleet_grid
+
+    one = lake.read("phases").withColumn("phase", F.when(F.col("phase").isNotNull(), F.lit(0)))
+    split = cfg.window.split
+    train, held = split.training(one), split.held_out(one)
+    stats = phase_headroom_stats(train, params)
+    totals = [frontier_totals(replay_fleet_grid(part, params, stats, policies=["phase.headroom"])) for part in (train, held)]
+    table = calibrate(totals[0], totals[1], ServiceLevel.from_config(cfg.policies))
+    rows = table[table["policy"] == "phase.headroom"].set_index("resource")
+    return {r: {"savings_vs_static": float(rows.loc[r, "savings_vs_static"]), "fulfilment": float(rows.loc[r, "fulfilment"]),
+                "knob": float(rows.loc[r, "knob"])} for r in rows.index}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--input", default=str(ROOT.parent / "shared" / "data" / "fleet" / "fleet-2026"))
+    p.add_argument("--format", default="parquet", choices=("parquet", "csv"))
+    p.add_argument("--workdir", default="/tmp/ai4dl-policies")
+    p.add_argument("--reuse", action="store_true", help="keep the lake of an earlier run and rerun behaviour + policies only")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+
+    from ai4dl import stages
+    from ai4dl.config import load_config
+    from ai4dl.lake.session import get_spark
+    from ai4dl.lake.tables import Lake
+    from ai4dl.policies.replay import PolicyParams, ServiceLevel
+
+    work = Path(args.workdir)
+    if not args.reuse:
+        shutil.rmtree(work, ignore_errors=True)
+    cfg = load_config(None, [
+        "spark.master=local[2]", "spark.shuffle_partitions=4", "spark.driver_memory=6g",
+        f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}", f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}",
+        f"report.dir={work / 'report'}", *args.overrides,
+    ])
+    print(f"[policies] load {os.getloadavg()[0]:.2f} (1 min); input {args.input}", flush=True)
+    spark = get_spark(cfg)
+    t0 = time.time()
+    if not args.reuse:
+        stages.ingest(cfg, spark, input=args.input, fmt=args.format)
+        stages.window(cfg, spark)
+        trained = stages.train(cfg, spark)
+        stages.label(cfg, spark, model=trained.details["path"])
+    stages.behaviour(cfg, spark)
+    result = stages.policies(cfg, spark)
+    table = result.details["calibration"]
+    lake = Lake.for_config(spark, cfg)
+    level = ServiceLevel.from_config(cfg.policies)
+    report = {"input": args.input, "overrides": args.overrides, "target": {r: level.describe(r) for r in ("cpu", "mem")},
+              "held_out_containers": int(table["containers"].max()), "next_phase": result.details["next_phase"]}
+    print(f"\nGoal at cpu {level.describe('cpu')}, mem {level.describe('mem')}, on {report['held_out_containers']} held-out containers:")
+    for resource in ("cpu", "mem"):
+        g = _goal_lines(table, resource)
+        report[resource] = g
+        oom = (f"; OOM kills per 100 containers {g['oom_kills_per_100']:.0f} vs prev.step.rules "
+               f"{g['prev_rules_oom_kills_per_100']:.0f} (goal <= {g['prev_rules_oom_kills_per_100'] / 5:.0f}), vpa "
+               f"{g['vpa_oom_kills_per_100']:.0f}") if resource == "mem" else ""
+        print(f"  {resource}: best phase policy {g['best_phase_policy']} ({g['fulfilment']:.1%} met) saves "
+              f"{g['savings_vs_static']:.1%} vs static; {g['less_than_prev_rules']:+.1%} less than prev.step.rules "
+              f"(goal 25 %; it saves {g['prev_rules_savings_vs_static']:.1%}), {g['less_than_vpa']:+.1%} less than vpa "
+              f"(goal 10 %; it saves {g['vpa_savings_vs_static']:.1%}){oom}")
+    oracle = table[table["policy"] == "current.step.max"].set_index("resource")
+    report["oracle_current_step_max"] = {r: float(oracle.loc[r, "savings_vs_static"]) for r in oracle.index}
+    print("  oracle current.step.max (every step met): saves " +
+          ", ".join(f"{r} {v:.1%}" for r, v in report["oracle_current_step_max"].items()))
+    ablation = _without_phases(cfg, lake, PolicyParams.from_config(cfg.policies))
+    report["phase_headroom_without_phases"] = ablation
+    print("  phase.headroom with all phases merged (no phases): saves " +
+          ", ".join(f"{r} {v['savings_vs_static']:.1%} ({v['fulfilment']:.1%} met)" for r, v in ablation.items()))
+    report["seconds"] = round(time.time() - t0, 1)
+    print(f"frontier plot: run `ai4dl report` on {work / 'lake'} (gold policy_frontier); {report['seconds']}s")
+    print("POLICY_JSON " + json.dumps(report), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
