@@ -129,8 +129,12 @@ def main(argv=None) -> int:
     report["phase_headroom_without_phases"] = ablation
     print("  phase.headroom with all phases merged (no phases): saves " +
           ", ".join(f"{r} {v['savings_vs_static']:.1%} ({v['fulfilment']:.1%} met)" for r, v in ablation.items()))
+    from ai4dl.reporting.plots import plot_frontier
+
+    targets = {r: (None if math.isnan(level.fulfilment(r)) else level.fulfilment(r)) for r in ("cpu", "mem")}
+    plot = plot_frontier(result.details["frontier"], table, work / "frontier.png", targets)
     report["seconds"] = round(time.time() - t0, 1)
-    print(f"frontier plot: run `ai4dl report` on {work / 'lake'} (gold policy_frontier); {report['seconds']}s")
+    print(f"frontier plot: {plot}; {report['seconds']}s")
     print("POLICY_JSON " + json.dumps(report), flush=True)
     spark.stop()
     return 0

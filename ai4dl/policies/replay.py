@@ -115,16 +115,16 @@ POLICIES: tuple[str, ...] = (
     "vpa",
 )
 
-_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0)
+_MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
 # policy -> (the PolicyParams field that is its one knob, the default calibration grid, cheapest first). The
 # oracles and static have no knob: they are the bounds a calibrated policy is compared with.
 KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
     "prev.step.max": ("prev_max_margin", _MARGINS),
-    "prev.step.rules": ("k_std", (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0)),
+    "prev.step.rules": ("k_std", (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0)),
     "phase.rule": ("margin", _MARGINS),
     "phase.proactive": ("margin", _MARGINS),
-    "phase.headroom": ("headroom_quantile", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0)),
-    "vpa": ("vpa_percentile", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99)),
+    "phase.headroom": ("headroom_quantile", (0.5, 0.6, 0.7, 0.8, 0.825, 0.85, 0.875, 0.9, 0.925, 0.95, 0.975, 0.99, 1.0)),
+    "vpa": ("vpa_percentile", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99)),
 }
 
 # The quantile levels at which a phase's jumps are kept (phase.headroom): 0, 0.5 %, ..., 100 %.
