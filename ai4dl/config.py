@@ -156,12 +156,15 @@ class WindowConfig:
 
     def __post_init__(self) -> None:
         # Source (dotted, as in the export) and lake (snake_case) names are both accepted; the lake's are kept.
-        names = tuple(lake_name(f) for f in self.features)
-        unknown = [f for f, n in zip(self.features, names) if n not in METRICS]
+        from ai4dl.method.features import DERIVED
+
+        names = tuple(f if f in DERIVED else lake_name(f) for f in self.features)
+        unknown = [f for f, n in zip(self.features, names) if n not in METRICS and n not in DERIVED]
         if unknown or not names:
             raise ConfigError(
                 f"window.features: {unknown[0] if unknown else list(self.features)!r} is not allowed: "
-                f"metric columns, e.g. {', '.join(METRICS)} (or their dotted export names)"
+                f"metric columns, e.g. {', '.join(METRICS)} (or their dotted export names), or derived "
+                f"features: {', '.join(DERIVED)}"
             )
         if len(set(names)) != len(names):
             raise ConfigError(f"window.features: {list(self.features)!r} names a feature twice")
@@ -186,6 +189,8 @@ class TrainConfig:
     sample_size: int = _key(100_000, lo=1)
     max_per_container: int = _key(2_000, lo=1)
     seed: int = 1234
+    # k-means fits with seeds seed, seed+1, ...: the lowest-cost fit is kept (phases stable across seeds).
+    kmeans_restarts: int = _key(1, lo=1)
     device: str = _key("auto", choices=("auto", "cpu", "cuda"))
     # > 1: train the CRBM data-parallel with Spark's TorchDistributor on this many processes.
     distributor_processes: int = _key(0, lo=0)
@@ -201,6 +206,15 @@ class TrainConfig:
 class LabelConfig:
     model: str | None = None  # model directory; default: latest version under lake.models/<train.model_name>
     engine: str = _key("arrow", choices=("arrow", "pandas"))  # see ai4dl.method.labelling
+    # viterbi: decode each container's phases over its whole trace, a phase change priced at switch_penalty
+    # x the model's typical distance margin (ai4dl.method.labelling.viterbi); none: each step's nearest phase.
+    smoothing: str = _key("none", choices=("none", "viterbi"))
+    switch_penalty: float = _key(10.0, lo=0)
+
+    @property
+    def penalty(self) -> float | None:
+        """The switching penalty when phases are decoded over the trace, None when each step stands alone."""
+        return float(self.switch_penalty) if self.smoothing == "viterbi" else None
 
 
 @dataclass(frozen=True)

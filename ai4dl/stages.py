@@ -222,16 +222,23 @@ def ingest(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = N
 @stage("window")
 def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Output:
     """Bronze -> silver windows, scaled with statistics fitted on the training containers (or a model's)."""
+    from ai4dl.method.features import with_derived
     from ai4dl.method.model import load
     from ai4dl.method.scaler import Scaler
     from ai4dl.method.windowing import build_windows, silver_properties
 
     w = cfg.window
-    bronze = lake.read("bronze")
     source = scaler_from_model or w.scaler_from_model
-    scaler = load(source).scaler if source else Scaler.fit(w.split.training(bronze), w.features)
+    given = load(source).scaler if source else None
+    raw = lake.read("bronze")
+    bronze = with_derived(raw, given.features if given else w.features, w.max_gap_seconds)
+    if bronze is not raw:
+        bronze = bronze.cache()  # the derived features are computed once for the scaler's fit and the windows
+    scaler = given or Scaler.fit(w.split.training(bronze), w.features)
     silver = build_windows(bronze, scaler, w.n_history, w.max_gap_seconds)
     lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
+    if bronze is not raw:
+        bronze.unpersist()
     counts = {r["has_full_history"]: r["count"] for r in lake.read("silver").groupBy("has_full_history").count().collect()}
     total = sum(counts.values())
     print(f"silver: {total} windows ({counts.get(True, 0)} with full history, {counts.get(False, 0)} without)")
@@ -281,7 +288,7 @@ def train(cfg: Config, lake: Any) -> _Output:
     model = estimator.fit(silver, scaler, n_history)
     model = model.with_info(training_data={**model.info["training_data"], "silver": lake.path("silver")})
     held_out = cfg.window.split.held_out(silver.where("has_full_history"))
-    quality = score(model, held_out, cfg.label.engine)
+    quality = score(model, held_out, cfg.label.engine, cfg.label.penalty)
     path = str(save_version(model, cfg.lake.models, cfg.train.model_name))
     print(f"train: model {model.model_id}")
     if "holdout_ari" in quality:
@@ -343,7 +350,7 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     print(f"label: model {phase_model.model_id} from {path}")
     silver, scaler, n_history = _silver(lake)
     check_compatible(phase_model, scaler.features, n_history, scaler.digest)
-    phases = phase_model.transform(silver, engine=cfg.label.engine)
+    phases = phase_model.transform(silver, engine=cfg.label.engine, switch_penalty=cfg.label.penalty)
     lake.overwrite("phases", phases, properties={"ai4dl.model_id": phase_model.model_id})
     counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
     total = sum(r["count"] for r in counts)
@@ -510,14 +517,15 @@ def live_inputs(cfg: Config, model: Any, model_id: str) -> Any:
     from ai4dl.errors import ModelError
     from ai4dl.lake.columns import METRICS
     from ai4dl.lake.tables import Lake
+    from ai4dl.method.features import DERIVED
     from ai4dl.policies.replay import PolicyParams, normalise_transitions
     from ai4dl.stream.online import Live
 
     if model.n_history != cfg.window.n_history:
         raise ModelError(f"model has n_history {model.n_history}, window.n_history is {cfg.window.n_history}")
-    unknown = [f for f in model.features if f not in METRICS]
+    unknown = [f for f in model.features if f not in METRICS and f not in DERIVED]
     if unknown:
-        raise ModelError(f"model features {unknown} are not bronze metric columns")
+        raise ModelError(f"model features {unknown} are neither bronze metric columns nor derived features")
     from ai4dl.lake.session import get_spark
 
     stats_lake = Lake(get_spark(cfg), cfg.stream.statistics_lake or cfg.lake.root)

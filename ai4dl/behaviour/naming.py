@@ -30,7 +30,8 @@ PROFILE_COLUMNS = ("phase", "steps", "share", "cpu", "cpu_sd", "mem", "mem_chang
 
 def utilisation(raw: np.ndarray, features: Sequence[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
     """CPU and memory use as fractions of their limits, from whichever raw features a model has: the
-    percentages (``cpu_usage_pct``, ``mem_usage_pct``), else usage / limit. None where it has neither."""
+    percentages (``cpu_usage_pct``, ``mem_usage_pct``), else usage / limit, else the derived shares
+    (``cpu_frac``, ``cpu_frac_min10``, ``mem_frac``). None where it has neither."""
     col = {f: raw[:, i] for i, f in enumerate(features)}
 
     def ratio(use: str, limit: str) -> np.ndarray | None:
@@ -40,8 +41,15 @@ def utilisation(raw: np.ndarray, features: Sequence[str]) -> tuple[np.ndarray | 
             return np.where(np.isfinite(r), r, np.nan)
         return None
 
-    cpu = col["cpu_usage_pct"] / 100.0 if "cpu_usage_pct" in col else ratio("cpu_usage_cores", "cpu_num_cores")
-    if "mem_usage_pct" in col:
+    shares = [c for c in ("cpu_frac", "cpu_frac_min10") if c in col]  # derived shares (ai4dl.method.features)
+    if "cpu_usage_pct" in col:
+        cpu = col["cpu_usage_pct"] / 100.0
+    else:
+        cpu = ratio("cpu_usage_cores", "cpu_num_cores")
+        cpu = cpu if cpu is not None or not shares else col[shares[0]]
+    if "mem_frac" in col and "mem_usage_pct" not in col:
+        mem = col["mem_frac"]
+    elif "mem_usage_pct" in col:
         mem = col["mem_usage_pct"] / 100.0
     else:
         mem = ratio("mem_working_set", "mem_limit")

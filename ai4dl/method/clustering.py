@@ -24,10 +24,17 @@ def _vectors(df: DataFrame, column: str = "activations") -> DataFrame:
     return df.where(F.col(column).isNotNull()).select(array_to_vector(F.col(column)).alias("v"))
 
 
-def fit_centers(df: DataFrame, k: int, seed: int, column: str = "activations", max_iter: int = 50) -> np.ndarray:
-    """k-means centres (k, dim) of an array column; fewer distinct points than k is an error, not k duplicates."""
+def fit_centers(df: DataFrame, k: int, seed: int, column: str = "activations", max_iter: int = 50,
+                restarts: int = 1) -> np.ndarray:
+    """k-means centres (k, dim) of an array column; fewer distinct points than k is an error, not k duplicates.
+
+    ``restarts`` > 1 fits with seeds ``seed, seed + 1, ...`` and keeps the fit of the lowest training cost:
+    one start often merges two behaviours and splits another, so which phases a model finds would depend on
+    the seed; the best of several does not (measured on the frozen fleet, README "Method notes")."""
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
+    if restarts < 1:
+        raise ValueError(f"restarts must be at least 1, got {restarts}")
     vectors = _vectors(df, column).cache()
     try:
         n = vectors.count()
@@ -36,8 +43,13 @@ def fit_centers(df: DataFrame, k: int, seed: int, column: str = "activations", m
         distinct = vectors.select(F.col("v").cast("string")).distinct().limit(k).count()
         if distinct < k:
             raise InputError(f"k={k} phases requested but the activations have only {distinct} distinct points")
-        model = KMeans(k=k, seed=seed, featuresCol="v", initMode="k-means||", maxIter=max_iter).fit(vectors)
-        centers = np.array([np.asarray(c, dtype=np.float64) for c in model.clusterCenters()])
+        best = None
+        for attempt in range(int(restarts)):
+            model = KMeans(k=k, seed=seed + attempt, featuresCol="v", initMode="k-means||", maxIter=max_iter).fit(vectors)
+            cost = float(model.summary.trainingCost)
+            if best is None or cost < best[0]:
+                best = (cost, model)
+        centers = np.array([np.asarray(c, dtype=np.float64) for c in best[1].clusterCenters()])
     finally:
         vectors.unpersist()
     # Stable phase ids: order centres by their first coordinate then the rest, not by Spark's internal order.

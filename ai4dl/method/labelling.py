@@ -34,6 +34,70 @@ def nearest(centers: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return idx, np.sqrt(np.maximum(d2[np.arange(len(idx)), idx], 0.0))
 
 
+def squared_distances(centers: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """(rows, k) squared Euclidean distances of activations to every centre."""
+    h = np.asarray(h, dtype=np.float64)
+    return np.maximum((h * h).sum(1)[:, None] - 2.0 * h @ centers.T + (centers * centers).sum(1)[None, :], 0.0)
+
+
+def switch_gap(centers: np.ndarray, h: np.ndarray) -> float:
+    """The median, over activations, of (second-nearest - nearest) squared distance: the typical margin by
+    which a step prefers its phase, the unit of the smoothing's switching penalty (so one penalty setting
+    fits models of any hidden size or scale)."""
+    if len(centers) < 2 or len(h) == 0:
+        return 0.0
+    d2 = np.sort(squared_distances(centers, h), axis=1)
+    return float(np.median(d2[:, 1] - d2[:, 0]))
+
+
+def viterbi(costs: np.ndarray, penalty: float) -> np.ndarray:
+    """The phase sequence minimising ``sum_t costs[t, s_t] + penalty * (number of phase changes)``: k-means'
+    own cost plus a price per switch, so a one-step flicker to a neighbouring phase is not worth a change,
+    while a lasting change of behaviour is. Ties keep the current phase, then the lowest phase id.
+
+    >>> c = np.array([[0, 1], [0, 1], [1, 0], [0, 2], [1, 0], [1, 0], [1, 0]], dtype=float)
+    >>> viterbi(c, 0.0).tolist(), viterbi(c, 1.5).tolist()
+    ([0, 0, 1, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1])
+    """
+    costs = np.asarray(costs, dtype=np.float64)
+    n, k = costs.shape
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    acc = costs[0].copy()
+    back = np.zeros((n, k), dtype=np.int64)
+    stay = np.arange(k)
+    for t in range(1, n):
+        best = int(np.argmin(acc))
+        switch = acc[best] + penalty
+        keep = acc <= switch
+        back[t] = np.where(keep, stay, best)
+        acc = costs[t] + np.where(keep, acc, switch)
+    path = np.empty(n, dtype=np.int64)
+    path[-1] = int(np.argmin(acc))
+    for t in range(n - 1, 0, -1):
+        path[t - 1] = back[t, path[t]]
+    return path
+
+
+def smooth_container(pdf: pd.DataFrame, centers: np.ndarray, penalty: float) -> pd.DataFrame:
+    """One container's ``PHASES`` rows with their phases decoded by :func:`viterbi` over its labelled steps in
+    time order (segments follow each other: an outage is one more step), ``distance`` the distance to the
+    chosen centre; rows without activations keep their null phase."""
+    pdf = pdf.sort_values("ts", kind="stable").reset_index(drop=True)
+    has = pdf["activations"].notna().to_numpy()
+    if has.any():
+        h = np.stack([np.asarray(a, dtype=np.float64) for a in pdf.loc[has, "activations"]])
+        d2 = squared_distances(centers, h)
+        path = viterbi(d2, penalty)
+        phase = pdf["phase"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+        dist = pdf["distance"].to_numpy(dtype=float, na_value=np.nan) if "distance" in pdf else np.full(len(pdf), np.nan)
+        phase[has] = path
+        dist[has] = np.sqrt(d2[np.arange(len(path)), path])
+        pdf["phase"] = pd.array(np.where(np.isnan(phase), None, phase), dtype="Int32")
+        pdf["distance"] = dist
+    return pdf
+
+
 def assign(
     centers: np.ndarray,
     refinements: dict[int, tuple[np.ndarray, tuple[int, ...]]],
@@ -115,6 +179,27 @@ def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int,
     weights = CRBMWeights.from_dict({k: a[k] for k in ("W", "B", "A", "v_bias", "h_bias")})
     refinements = {int(k): (a[f"refine_{k}"], tuple(ids)) for k, ids in payload["refine_ids"].items()}
     return weights, a["centers"], refinements
+
+
+def smooth(phases: DataFrame, model: PhaseModel, switch_penalty: float) -> DataFrame:
+    """``PHASES`` rows with each container's phases decoded by :func:`viterbi`, switching priced at
+    ``switch_penalty`` x the model's :func:`switch_gap` (stored at training as ``info.switch_gap``), one
+    container per task. A refined model is refused: its sub-phases have no place in one centre table."""
+    from ai4dl.lake.schema import PHASES
+
+    if model.refinements:
+        raise ConfigError("label.smoothing 'viterbi' does not apply to a refined model (sub-phases); use 'none'")
+    gap = model.info.get("switch_gap")
+    if gap is None:
+        raise ConfigError(f"model {model.model_id} has no switch_gap (trained before smoothing existed): retrain it, "
+                          "or set label.smoothing none")
+    centers, penalty = np.asarray(model.centers, dtype=np.float64), float(switch_penalty) * float(gap)
+    names = PHASES.fieldNames()
+
+    def run(pdf: pd.DataFrame) -> pd.DataFrame:
+        return smooth_container(pdf, centers, penalty)[names]
+
+    return phases.groupBy("pod_id").applyInPandas(run, PHASES)
 
 
 def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, engine: str = "arrow") -> DataFrame:

@@ -93,15 +93,19 @@ class PhaseModel:
         h.update(json.dumps({str(p): list(ids) for p, (_, ids) in self.refinements.items()}, sort_keys=True).encode())
         return h.hexdigest()[:16]
 
-    def transform(self, windows: Any, engine: str = "arrow", model_id: str | None = None) -> Any:
+    def transform(self, windows: Any, engine: str = "arrow", model_id: str | None = None,
+                  switch_penalty: float | None = None) -> Any:
         """Silver windows -> phases rows (schema ``PHASES``), labelled in the executors batch by batch.
 
         Like a fitted ``pyspark.ml`` model: lazy, returns a DataFrame; see :mod:`ai4dl.method.labelling` for
-        the engines and :func:`ai4dl.method.labelling.label_arrays` for the same on numpy arrays.
+        the engines and :func:`ai4dl.method.labelling.label_arrays` for the same on numpy arrays. With
+        ``switch_penalty``, each container's phases are then decoded over its whole trace
+        (:func:`ai4dl.method.labelling.smooth`).
         """
-        from ai4dl.method.labelling import label
+        from ai4dl.method.labelling import label, smooth
 
-        return label(windows, self, model_id, engine)
+        phases = label(windows, self, model_id, engine)
+        return phases if switch_penalty is None else smooth(phases, self, switch_penalty)
 
     def with_info(self, **info: Any) -> "PhaseModel":
         return replace(self, info={**self.info, **info})

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ai4dl.errors import InputError
+from ai4dl.method.features import INPUTS, derive_segments, derived_of
 from ai4dl.lake.columns import POD_ID, SOURCE_COLUMNS, TS
 from ai4dl.method.labelling import label_batch
 from ai4dl.method.model import PhaseModel
@@ -49,13 +50,21 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
     (``pod_id``, ``ts``, ``cpu_usage``...). A container's rows must be unique per timestamp, as in bronze.
     """
     frame = traces.rename(columns={c: SOURCE_COLUMNS[c] for c in traces.columns if c in SOURCE_COLUMNS})
-    missing = [c for c in (POD_ID, TS, *model.features) if c not in frame.columns]
+    derived = derived_of(model.features)
+    needed = [f for f in model.features if f not in derived] + (list(INPUTS) if derived else [])
+    missing = [c for c in (POD_ID, TS, *dict.fromkeys(needed)) if c not in frame.columns]
     if missing:
         raise InputError(f"traces lack column(s) {', '.join(missing)} (the export's or the lake's names)")
     pods = frame[POD_ID].astype(str).to_numpy()
     ts = epoch_seconds(frame[TS])
     # Row positions ordered by container, then time (a stable sort keeps the input order of equal keys).
     order = np.lexsort((ts, pods))
+    if derived:  # per container in time order, as the window stage computes them
+        values = np.full((len(frame), len(derived)), np.nan)
+        for rows in np.split(order, np.flatnonzero(pods[order][1:] != pods[order][:-1]) + 1):
+            part = frame.iloc[rows].reset_index(drop=True)
+            values[rows] = derive_segments(part, derived, ts[rows], max_gap_seconds)[list(derived)].to_numpy(dtype=float)
+        frame = frame.assign(**{name: values[:, i] for i, name in enumerate(derived)})
     x_all = model.scaler.transform(frame[list(model.features)].to_numpy(dtype=np.float64))
     n = model.n_history
     step = np.zeros(len(frame), dtype=np.int64)

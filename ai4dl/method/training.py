@@ -90,7 +90,7 @@ class PhaseEstimator:
             k_scores = k_report(encoded, range(lo, hi + 1), t.seed)
             for k, sil, inertia in k_scores:
                 log(f"train: k={k:2d} silhouette={sil:.3f} inertia={inertia:.1f}")
-        centers = fit_centers(encoded, t.k, t.seed)
+        centers = fit_centers(encoded, t.k, t.seed, restarts=t.kmeans_restarts)
         span = windows.agg(F.min("ts").alias("lo"), F.max("ts").alias("hi"), F.countDistinct(POD_ID).alias("n")).first()
         info = {
             "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -121,14 +121,16 @@ def describe_sampled_phases(scaler: Scaler, weights: Any, centers: np.ndarray, x
     training windows labelled by the fitted model: their raw features (the scaling undone) and, from the
     history's newest step, each window's previous step."""
     from ai4dl.behaviour.naming import name_phases
-    from ai4dl.method.labelling import label_batch
+    from ai4dl.method.labelling import label_batch, switch_gap
 
-    phases, _, _ = label_batch(weights, centers, {}, x, cond)
+    phases, _, h = label_batch(weights, centers, {}, x, cond)
     mean, scale = np.asarray(scaler.mean), np.asarray(scaler.scale)
     n = len(scaler.features)
     raw = x * scale + mean
     before = cond[:, -n:] * scale + mean  # history is time-major, oldest first: its last block is t-1
-    return name_phases(np.asarray(phases, dtype=float), raw, before, scaler.features)
+    out = name_phases(np.asarray(phases, dtype=float), raw, before, scaler.features)
+    out["switch_gap"] = switch_gap(centers, h)  # the unit of label.switch_penalty
+    return out
 
 
 def _crbm_params(t: TrainConfig) -> dict[str, Any]:
@@ -181,9 +183,10 @@ def train_distributed(x: np.ndarray, cond: np.ndarray, params: dict[str, Any], p
     )
 
 
-def score(model: PhaseModel, held_out: DataFrame, engine: str = "arrow") -> dict[str, Any]:
-    """Adjusted Rand index of the model's phases vs ground truth on held-out windows (when the data has it)."""
-    labelled = model.transform(held_out.where(F.col("behaviour").isNotNull()), engine=engine)
+def score(model: PhaseModel, held_out: DataFrame, engine: str = "arrow", switch_penalty: float | None = None) -> dict[str, Any]:
+    """Adjusted Rand index of the model's phases (decoded as ``label`` decodes them) vs ground truth on
+    held-out windows (when the data has it)."""
+    labelled = model.transform(held_out, engine=engine, switch_penalty=switch_penalty).where(F.col("behaviour").isNotNull())
     table, _, _ = contingency(labelled)
     if table.size == 0:
         return {}

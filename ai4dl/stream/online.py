@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, STREAM_STATE_FIELDS, TS
+from ai4dl.method.features import LOOKBACK, derive, derived_of
 from ai4dl.method.labelling import label_batch
 from ai4dl.method.model import PhaseModel
 from ai4dl.policies.replay import PolicyParams, most_likely_next, next_allocation
@@ -140,7 +141,9 @@ def advance(pod_id: str, rows: pd.DataFrame, state: Mapping[str, Any] | None, li
 
 def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any], live: Live) -> list[dict[str, Any]]:
     model, n_hist = live.model, int(live.n_history)
-    feats = [_METRIC_INDEX[f] for f in model.features]
+    derived = derived_of(model.features)
+    # derived features look LOOKBACK raw samples back from each step of the window: keep that many more
+    keep = n_hist + (LOOKBACK if derived else 0)
     raw = rows[list(METRICS)].to_numpy(dtype=float)
     history = np.asarray(st["history"], dtype=float).reshape(-1, _NM)
     steps, full, conds = [], [], []
@@ -154,8 +157,9 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
         steps.append(st["last_step"])
         is_full = len(history) >= n_hist
         full.append(is_full)
-        conds.append(history[-n_hist:] if is_full else None)
-        history = np.vstack([history, raw[i : i + 1]])[-n_hist:]
+        block = np.vstack([history, raw[i : i + 1]])
+        conds.append(block if is_full else None)  # the raw samples the window's features are computed from
+        history = block[-keep:]
     st["history"] = history.ravel().tolist()
     st["history_len"] = int(len(history))
     full_mask = np.asarray(full, dtype=bool)
@@ -163,9 +167,10 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
     dist = np.full(len(rows), np.nan)
     acts: list[Any] = [None] * len(rows)
     if full_mask.any():
-        x = model.scaler.transform(raw[full_mask][:, feats])
+        windows = [model.scaler.transform(_features(block, model.features)[-(n_hist + 1):]) for block, f in zip(conds, full) if f]
+        x = np.stack([w[-1] for w in windows])
         # time-major, oldest first, as silver's history column: [x(t-n) features..., ..., x(t-1) features...]
-        cond = np.stack([model.scaler.transform(c[:, feats]).ravel() for c, f in zip(conds, full) if f])
+        cond = np.stack([w[:-1].ravel() for w in windows])
         ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
         idx = np.flatnonzero(full_mask)
         phase[idx], dist[idx] = ph, d
@@ -191,6 +196,16 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
             "model_id": live.model_id, "source_file": r.get("source_file"), "ingested_at": r.get("ingested_at"),
         })
     return out
+
+
+def _features(block: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
+    """The model's features of consecutive raw samples (rows of METRICS, oldest first, one segment): metric
+    columns as they are, derived ones by :func:`ai4dl.method.features.derive` over the block, as the window
+    stage computes them over the whole segment (the block reaches LOOKBACK samples before its window)."""
+    if not derived_of(features):
+        return block[:, [_METRIC_INDEX[f] for f in features]]
+    frame = derive(pd.DataFrame(block, columns=list(METRICS)), features)
+    return frame[list(features)].to_numpy(dtype=float)
 
 
 def trace_frame(pod_id: str, st: Mapping[str, Any]) -> pd.DataFrame:

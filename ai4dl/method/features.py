@@ -1,0 +1,136 @@
+"""Derived features: usage as a share of the container's limits, and short rolling summaries of it.
+
+Why: the raw metrics mostly measure a container's *size* (its limits span 1-16 cores, 2-32 GiB in a fleet),
+so k-means on them finds small and large containers, not behaviours; and a 4-step window of levels cannot see
+what tells behaviours apart over tens of steps: how much CPU varies, how fast memory moves up and down. These
+features are relative to the container's own limits (size drops out) and summarise the last 10-20 steps
+(variability and absolute step changes, log-scaled because they are heavy-tailed). Measured on the frozen
+fleet (bench/phase_quality.py), they are what lifts phases from matching container sizes to matching
+behaviours.
+
+Every feature at step t uses only steps <= t of the same container (and segment, when gaps split a trace),
+so batch windows, the live stream and the pyfunc model compute the same numbers: one pandas definition,
+:func:`derive`, applied per container everywhere (in Spark through ``applyInPandas``).
+
+>>> import pandas as pd
+>>> pdf = pd.DataFrame({"cpu_usage_cores": [1.0, 2.0, 1.0], "cpu_num_cores": 4.0,
+...                     "mem_current": [1.0, 2.0, 4.0], "mem_limit": 8.0})
+>>> out = derive(pdf, ("mem_frac", "cpu_frac_min10", "ln_absd_mem_frac_mean10"))
+>>> out["mem_frac"].tolist(), out["cpu_frac_min10"].tolist()
+([0.125, 0.25, 0.5], [0.25, 0.25, 0.25])
+>>> [round(v, 4) for v in out["ln_absd_mem_frac_mean10"]]  # mean |change| 0, 0.0625, 0.125 -> ln(. + 0.001)
+[-6.9078, -2.7567, -2.0715]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ai4dl.errors import InputError
+
+# How many steps back a derived feature looks (its own row included): a window's history needs this many raw
+# rows before its oldest step.
+LOOKBACK = 20
+_EPS = 0.001
+
+
+def _share(num: str, den: str) -> Callable[[pd.DataFrame], pd.Series]:
+    def share(pdf: pd.DataFrame) -> pd.Series:
+        d = pd.to_numeric(pdf[den], errors="coerce").astype("float64")
+        return pd.to_numeric(pdf[num], errors="coerce").astype("float64") / d.where(d > 0)
+
+    return share
+
+
+_cpu_frac = _share("cpu_usage_cores", "cpu_num_cores")
+_mem_frac = _share("mem_current", "mem_limit")
+
+
+def _rolling_min(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
+    return lambda pdf: base(pdf).rolling(w, min_periods=1).min()
+
+
+def _ln_std(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
+    # sample std (ddof 1) of the last w steps; 0 while only one step is known
+    return lambda pdf: np.log(base(pdf).rolling(w, min_periods=1).std(ddof=1).fillna(0.0) + _EPS)
+
+
+def _ln_abs_change(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
+    # mean |x(t) - x(t-1)| over the last w steps, the first step's change counted as 0
+    return lambda pdf: np.log(base(pdf).diff().abs().fillna(0.0).rolling(w, min_periods=1).mean() + _EPS)
+
+
+DERIVED: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
+    "cpu_frac": _cpu_frac,
+    "mem_frac": _mem_frac,
+    "cpu_frac_min10": _rolling_min(_cpu_frac, 10),
+    "ln_cpu_frac_std20": _ln_std(_cpu_frac, 20),
+    "ln_absd_mem_frac_mean10": _ln_abs_change(_mem_frac, 10),
+    "ln_absd_cpu_frac_mean10": _ln_abs_change(_cpu_frac, 10),
+}
+"""Derived feature -> its definition over one container's rows in time order (a Series aligned with them)."""
+
+# The behaviour features measured best on the frozen fleet (held-out ARI in README "Method notes").
+BEHAVIOUR_FEATURES: tuple[str, ...] = (
+    "cpu_frac_min10", "mem_frac", "ln_cpu_frac_std20", "ln_absd_mem_frac_mean10", "ln_absd_cpu_frac_mean10",
+)
+INPUTS: tuple[str, ...] = ("cpu_usage_cores", "cpu_num_cores", "mem_current", "mem_limit")
+
+
+def derived_of(features: Sequence[str]) -> tuple[str, ...]:
+    """The derived features among ``features``, in their order."""
+    return tuple(f for f in features if f in DERIVED)
+
+
+def derive(pdf: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
+    """``pdf`` (one container's rows, or one segment's, in time order) with the derived ``features`` added as
+    float columns. A step whose limit is zero or unknown gets NaN shares."""
+    wanted = derived_of(features)
+    missing = [c for c in INPUTS if c not in pdf.columns] if wanted else []
+    if missing:
+        raise InputError(f"derived features {list(wanted)} need column(s) {missing}")
+    out = pdf.copy()
+    for name in wanted:
+        out[name] = DERIVED[name](pdf).astype("float64").to_numpy()
+    return out
+
+
+def derive_segments(pdf: pd.DataFrame, features: Sequence[str], seconds: np.ndarray,
+                    max_gap_seconds: float | None) -> pd.DataFrame:
+    """:func:`derive` over one container's rows in time order, restarted after every gap longer than
+    ``max_gap_seconds`` (``seconds``: the rows' epoch seconds), as windows restart their history there."""
+    if not derived_of(features):
+        return pdf
+    if not max_gap_seconds or len(pdf) < 2:
+        return derive(pdf, features)
+    cuts = np.flatnonzero(np.diff(np.asarray(seconds, dtype=float)) > float(max_gap_seconds)) + 1
+    bounds = [0, *cuts.tolist(), len(pdf)]
+    return pd.concat([derive(pdf.iloc[a:b], features) for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+def with_derived(df: Any, features: Sequence[str], max_gap_seconds: float | None = None) -> Any:
+    """A Spark DataFrame of trace rows (``pod_id``, ``ts``, the metrics) with the derived ``features`` added,
+    computed per container in time order by :func:`derive_segments` (``df`` unchanged without any)."""
+    wanted = derived_of(features)
+    if not wanted:
+        return df
+    from pyspark.sql.types import DoubleType, StructField, StructType
+
+    missing = [c for c in INPUTS if c not in df.columns]
+    if missing:
+        raise InputError(f"derived features {list(wanted)} need column(s) {missing}")
+    schema = StructType([*df.schema.fields, *(StructField(n, DoubleType(), True) for n in wanted)])
+    names = list(df.columns)
+
+    def per_container(pdf: pd.DataFrame) -> pd.DataFrame:
+        pdf = pdf.sort_values("ts", kind="stable").reset_index(drop=True)
+        secs = (pd.to_datetime(pdf["ts"]) - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
+        return derive_segments(pdf, wanted, secs.to_numpy(dtype=float), max_gap_seconds)[[*names, *wanted]]
+
+    return df.groupBy("pod_id").applyInPandas(per_container, schema)
+
+
+__all__ = ["BEHAVIOUR_FEATURES", "DERIVED", "INPUTS", "LOOKBACK", "derive", "derive_segments", "derived_of", "with_derived"]
