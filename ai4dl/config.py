@@ -30,7 +30,8 @@ from typing import Any, Mapping
 import yaml
 
 from ai4dl.errors import ConfigError
-from ai4dl.lake.columns import DEFAULT_FEATURES, METRICS, lake_name
+from ai4dl.lake.columns import METRICS, lake_name
+from ai4dl.method.features import BEHAVIOUR_FEATURES
 from ai4dl.method.split import ContainerSplit
 
 
@@ -145,7 +146,9 @@ class GenerateConfig:
 
 @dataclass(frozen=True)
 class WindowConfig:
-    features: tuple[str, ...] = tuple(DEFAULT_FEATURES)
+    # The behaviour features (ai4dl.method.features): shares of the limits and rolling spread/change, which
+    # phases follow far better than the 8 DLaaS metrics (DEFAULT_FEATURES, still accepted). README "Method notes".
+    features: tuple[str, ...] = BEHAVIOUR_FEATURES
     n_history: int = _key(3, lo=1)
     train_fraction: float = _key(0.8, lo=0, hi=1, lo_open=True)
     split_seed: int = 42
@@ -178,19 +181,19 @@ class WindowConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    n_hidden: int = _key(10, lo=1)
+    n_hidden: int = _key(32, lo=1)
     k: int = _key(5, lo=1)
     cd_k: int = _key(1, lo=1)
     epochs: int = _key(60, lo=1)
     batch_size: int = _key(128, lo=1)
-    learning_rate: float = _key(0.05, lo=0, lo_open=True)
+    learning_rate: float = _key(0.01, lo=0, lo_open=True)
     patience: int = _key(5, lo=1)
     min_delta: float = _key(1e-4, lo=0)
     sample_size: int = _key(100_000, lo=1)
     max_per_container: int = _key(2_000, lo=1)
     seed: int = 1234
     # k-means fits with seeds seed, seed+1, ...: the lowest-cost fit is kept (phases stable across seeds).
-    kmeans_restarts: int = _key(1, lo=1)
+    kmeans_restarts: int = _key(10, lo=1)
     device: str = _key("auto", choices=("auto", "cpu", "cuda"))
     # > 1: train the CRBM data-parallel with Spark's TorchDistributor on this many processes.
     distributor_processes: int = _key(0, lo=0)

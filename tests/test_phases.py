@@ -39,7 +39,7 @@ def fleet(spark, test_config, tmp_path_factory):
 
 def test_training_report_and_quality(fleet):
     model, report = fleet.model, fleet.report
-    assert model.k == 4 and model.crbm.n_hidden == 10 and model.n_history == 3
+    assert model.k == 4 and model.crbm.n_hidden == fleet.cfg.train.n_hidden == 32 and model.n_history == 3
     assert 0 < report["crbm_windows"] <= 3000
     assert "holdout_ari" in report and report["holdout_steps"] > 0
     assert model.info["training_data"]["containers"] > 0
