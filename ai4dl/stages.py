@@ -574,6 +574,9 @@ def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: boo
         print(f"stream: model {model_id} from {path}")
         tables.log_event(lake, run_id, "stream", cfg.digest, started, "model", f"model {model_id} from {path}")
 
+    if cfg.label.penalty is not None:
+        print("stream: phases are labelled step by step as samples arrive; label.smoothing 'viterbi' decodes whole "
+              "traces and applies to the batch label stage only")
     if s.input:
         lake.ensure("bronze")  # the folder feeds bronze: the table the stream reads exists from the start
     elif not lake.exists("bronze"):
