@@ -210,7 +210,7 @@ class LabelConfig:
     model: str | None = None  # model directory; default: latest version under lake.models/<train.model_name>
     engine: str = _key("arrow", choices=("arrow", "pandas"))  # see ai4dl.method.labelling
     # viterbi: decode each container's phases over its whole trace, a phase change priced at switch_penalty
-    # x the model's typical distance margin (ai4dl.method.labelling.viterbi); none: each step's nearest phase.
+    # x the model's typical margin of squared distances (ai4dl.method.labelling.switch_gap); none: each step's nearest phase.
     smoothing: str = _key("none", choices=("none", "viterbi"))
     switch_penalty: float = _key(10.0, lo=0)
 
@@ -260,6 +260,9 @@ class PoliciesConfig:
     vpa_step_seconds: float = _key(10.0, lo=0, lo_open=True)
 
     def __post_init__(self) -> None:
+        if self.oom_budget_per_100 is not None and self.target_fulfilment_mem is not None:
+            raise ConfigError("policies.target_fulfilment_mem and policies.oom_budget_per_100 both set: memory is held "
+                              "to one of them, choose one")
         if self.phase_statistic == "absolute" and self.phase_quantile not in (0.5, 0.95, 0.99):
             raise ConfigError(
                 f"policies.phase_quantile: {self.phase_quantile!r} is not allowed with phase_statistic 'absolute': "

@@ -167,3 +167,22 @@ def test_decoding_refuses_a_model_without_its_gap(decoded):
     with pytest.raises(ConfigError, match="switch_gap"):
         smooth(decoded.lake.read("phases"), bare, 10.0)
     assert decoded.lake.read("phases").where(F.col("phase").isNull()).count() == 3 * 4  # n_history steps per container
+
+
+def test_a_zero_limit_leaves_steps_unlabelled_instead_of_misread(decoded, dlaas_sample):
+    """A share of a zero limit is not a number: those windows get no phase (serving and the stream, as silver)
+    rather than features that read as a perfectly steady container."""
+    from ai4dl.method.serving import label_traces
+    from ai4dl.stream.online import Live, advance
+
+    sample = pd.read_csv(dlaas_sample)
+    sample.loc[sample["pod.id"] == "exec1", "cpu.num.cores"] = 0.0
+    served = label_traces(decoded.model, sample)
+    assert served[served["pod_id"] == "exec1"]["phase"].isna().all()
+    assert served[served["pod_id"] != "exec1"]["phase"].notna().sum() > 0
+    live = Live(model=decoded.model, model_id=decoded.model.model_id, n_history=decoded.cfg.window.n_history)
+    pod = sample[sample["pod.id"] == "exec1"].rename(columns=lambda c: c.replace(".", "_")).rename(columns={"timestamp": "ts"})
+    pod["ts"] = pd.to_datetime(pod["ts"], unit="s")
+    pod["behaviour"], pod["source_file"], pod["ingested_at"] = None, "f", pod["ts"]
+    out, _ = advance("exec1", pod, None, live)
+    assert out[out["kind"] == "phase"]["phase"].isna().all()

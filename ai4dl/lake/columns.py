@@ -142,7 +142,7 @@ RECOMMENDATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
 )
 
 # The live stream's per-container state (Spark's state store, not a table): the raw metrics of the last
-# n_history samples of the current segment (all METRICS, oldest first, flattened) and the container's trace so
+# n_history + LOOKBACK (ai4dl.method.features) samples of the current segment (all METRICS, oldest first, flattened) and the container's trace so
 # far as the policy replay reads it (timestamps in epoch seconds, NaN phase = unlabelled).
 STREAM_STATE_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("service", "string", True),

@@ -54,13 +54,26 @@ def _rolling_min(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
 
 
 def _ln_std(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
-    # sample std (ddof 1) of the last w steps; 0 while only one step is known
-    return lambda pdf: np.log(base(pdf).rolling(w, min_periods=1).std(ddof=1).fillna(0.0) + _EPS)
+    # sample std (ddof 1) of the known values among the last w steps; 0 while only one is known, NaN with none
+    def f(pdf: pd.DataFrame) -> pd.Series:
+        x = base(pdf)
+        known = x.rolling(w, min_periods=1).count()
+        sd = x.rolling(w, min_periods=1).std(ddof=1).where(known > 1, 0.0).where(known >= 1)
+        return np.log(sd + _EPS)
+
+    return f
 
 
 def _ln_abs_change(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
-    # mean |x(t) - x(t-1)| over the last w steps, the first step's change counted as 0
-    return lambda pdf: np.log(base(pdf).diff().abs().fillna(0.0).rolling(w, min_periods=1).mean() + _EPS)
+    # mean |x(t) - x(t-1)| over the known changes among the last w steps, the first step's change counted as 0
+    def f(pdf: pd.DataFrame) -> pd.Series:
+        x = base(pdf)
+        change = x.diff().abs()
+        if len(change) and pd.notna(x.iloc[0]):
+            change.iloc[0] = 0.0
+        return np.log(change.rolling(w, min_periods=1).mean() + _EPS)
+
+    return f
 
 
 DERIVED: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
@@ -87,7 +100,8 @@ def derived_of(features: Sequence[str]) -> tuple[str, ...]:
 
 def derive(pdf: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     """``pdf`` (one container's rows, or one segment's, in time order) with the derived ``features`` added as
-    float columns. A step whose limit is zero or unknown gets NaN shares."""
+    float columns. A step whose limit is zero or unknown gets NaN shares (its window is then not labelled:
+    :func:`ai4dl.method.windowing.build_windows`); summaries over the last steps use the known values."""
     wanted = derived_of(features)
     missing = [c for c in INPUTS if c not in pdf.columns] if wanted else []
     if missing:
@@ -127,7 +141,7 @@ def with_derived(df: Any, features: Sequence[str], max_gap_seconds: float | None
 
     def per_container(pdf: pd.DataFrame) -> pd.DataFrame:
         pdf = pdf.sort_values("ts", kind="stable").reset_index(drop=True)
-        secs = (pd.to_datetime(pdf["ts"]) - pd.Timestamp(0)) / pd.Timedelta(seconds=1)
+        secs = (pd.to_datetime(pdf["ts"], utc=True) - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
         return derive_segments(pdf, wanted, secs.to_numpy(dtype=float), max_gap_seconds)[[*names, *wanted]]
 
     return df.groupBy("pod_id").applyInPandas(per_container, schema)

@@ -87,6 +87,10 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
     distance = np.full(len(frame), np.nan)
     if windows:
         pos = np.asarray(windows)
+        finite = np.isfinite(x_all).all(axis=1)  # a window with a non-finite feature is not labelled (as in silver)
+        usable = finite[order[pos]] & np.all([finite[order[pos - k]] for k in range(1, n + 1)], axis=0)
+        pos = pos[usable]
+    if windows and len(pos):
         target = order[pos]
         x = x_all[target]
         cond = np.concatenate([x_all[order[pos - k]] for k in range(n, 0, -1)], axis=1)  # oldest first

@@ -74,7 +74,9 @@ class PhaseEstimator:
         log = log or (lambda *_: None)
         t = self.train
         windows = self.split.training(silver.where(F.col("has_full_history")))
-        sample = stratified_sample(windows, t.sample_size, t.max_per_container, t.seed)
+        # the sample feeds the CRBM and k-means: training costs the same whatever the fleet size (every window
+        # is assigned later, distributed, by label); cached so the sampling query runs once
+        sample = stratified_sample(windows, t.sample_size, t.max_per_container, t.seed).cache()
         x, cond = _matrices(sample, len(scaler.features), len(scaler.features) * n_history)
         log(f"train: CRBM on {len(x)} sampled windows ({len(scaler.features)} features, history {n_history})")
         t0 = time.time()
@@ -83,7 +85,7 @@ class PhaseEstimator:
         else:
             result = train_crbm(x, cond, **_crbm_params(t), log=log)
         crbm_seconds = time.time() - t0
-        encoded = encode_windows(windows, result.weights, n_history)
+        encoded = encode_windows(sample, result.weights, n_history)
         k_scores = None
         if t.k_range:
             lo, hi = t.k_range
@@ -91,6 +93,7 @@ class PhaseEstimator:
             for k, sil, inertia in k_scores:
                 log(f"train: k={k:2d} silhouette={sil:.3f} inertia={inertia:.1f}")
         centers = fit_centers(encoded, t.k, t.seed, restarts=t.kmeans_restarts)
+        sample.unpersist()
         span = windows.agg(F.min("ts").alias("lo"), F.max("ts").alias("hi"), F.countDistinct(POD_ID).alias("n")).first()
         info = {
             "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

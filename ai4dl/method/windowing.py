@@ -7,7 +7,8 @@ Ordering and irregular sampling, deterministically:
   AI4DL tool did); with ``max_gap_seconds`` set, a longer gap starts a new ``segment`` and the history
   restarts there, so a window never spans an outage;
 - steps with fewer than ``n_history`` predecessors in their segment are kept with ``has_full_history`` false and
-  a null ``history``: they get a null phase later, never a fake one.
+  a null ``history``: they get a null phase later, never a fake one; so do windows with a feature that is not a
+  finite number (a derived share of a zero or unknown limit), whose encoding would be meaningless.
 
 All of it is Spark window functions over ``partitionBy(pod_id)``: nothing is collected to the driver.
 """
@@ -45,7 +46,8 @@ def build_windows(bronze: DataFrame, scaler: Scaler, n_history: int, max_gap_sec
     by_segment = Window.partitionBy(POD_ID, "segment").orderBy(TS)
     lags = [F.lag("features", i).over(by_segment) for i in range(n_history, 0, -1)]  # oldest first
     df = df.withColumn("history", F.concat(*lags))  # null unless every lag exists
-    df = df.withColumn("has_full_history", F.col("history").isNotNull())
+    unusable = F.exists(F.concat("features", "history"), lambda v: v.isNull() | F.isnan(v))
+    df = df.withColumn("has_full_history", F.col("history").isNotNull() & ~F.coalesce(unusable, F.lit(True)))
     if BEHAVIOUR not in df.columns:
         df = df.withColumn(BEHAVIOUR, F.lit(None).cast("string"))
     return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in SILVER.fields])

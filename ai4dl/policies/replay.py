@@ -38,7 +38,7 @@ chooses one allocation per resource (``cpu`` in cores, ``mem`` in bytes) and hol
     ``h(p) * limit``, where ``p`` is the current phase (as in ``phase.rule``) and ``h(p)`` the
     ``headroom_quantile`` (the knob) of the *jumps* seen after phase ``p`` on the training containers: for
     every interval ``i >= 1`` of a training container whose phase before it was ``p``, ``(max of interval i -
-    max of interval i-1) / limit`` (:func:`interval_jumps`). A steady phase learns a headroom near zero, a
+    max of interval i-1) / limit`` (:func:`jumps_of`). A steady phase learns a headroom near zero, a
     phase that ramps up learns a large one, a phase that unloads a negative one; each container keeps its own
     level (its last max) and scale (its limit). The jumps are kept per phase as a quantile table
     (``{"cpu_headroom": [...], "mem_headroom": [...]}`` beside the phase's other statistics, the quantiles at

@@ -14,9 +14,10 @@ What it does, and why it gives the batch pipeline's answers:
   ``late_samples``), never silently dropped. Samples that arrive out of order *within* one micro-batch are
   simply sorted. This rule replaces an event-time watermark: a phase depends on the samples just before it,
   not on how old a sample is.
-* **Windows.** The state keeps the *raw* metrics of the last ``n_history`` samples of the current segment
-  (a gap longer than ``max_gap_seconds`` starts a new one, as in :func:`ai4dl.method.windowing.build_windows`).
-  They are scaled when labelled, with the labelling model's own scaler: the numbers are those of a silver
+* **Windows.** The state keeps the *raw* metrics of the last ``n_history + LOOKBACK`` samples of the current
+  segment (a gap longer than ``max_gap_seconds`` starts a new one, as in
+  :func:`ai4dl.method.windowing.build_windows`): derived features (:mod:`ai4dl.method.features`) are computed
+  over them, once per micro-batch, exactly as the window stage computes them. They are scaled when labelled, with the labelling model's own scaler: the numbers are those of a silver
   table scaled with that scaler, and a model change (possibly with another scaler) never meets history scaled
   by the previous one.
 * **Phases.** Full windows are labelled with :func:`ai4dl.method.labelling.label_batch`, the kernel of the
@@ -141,38 +142,50 @@ def advance(pod_id: str, rows: pd.DataFrame, state: Mapping[str, Any] | None, li
 
 def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any], live: Live) -> list[dict[str, Any]]:
     model, n_hist = live.model, int(live.n_history)
-    derived = derived_of(model.features)
-    # derived features look LOOKBACK raw samples back from each step of the window: keep that many more
-    keep = n_hist + (LOOKBACK if derived else 0)
+    # derived features look LOOKBACK raw samples back from each step of a window: that many more are kept
+    # (whatever the model, so a model change mid-stream finds them)
+    keep = n_hist + LOOKBACK
     raw = rows[list(METRICS)].to_numpy(dtype=float)
     history = np.asarray(st["history"], dtype=float).reshape(-1, _NM)
-    steps, full, conds = [], [], []
+    steps: list[int] = []
+    windows: dict[int, np.ndarray] = {}  # row -> its window's scaled features (n_hist + 1 rows, oldest first)
+    run: list[int] = []  # consecutive new rows of one segment, their features computed in one pass
+
+    def close_run(before: np.ndarray) -> None:
+        if not run:
+            return
+        feats = model.scaler.transform(_features(np.vstack([before, raw[run]]), model.features))
+        for j, i in enumerate(run):
+            at = len(before) + j  # row i's position in the block
+            if at >= n_hist:  # n_hist predecessors in its segment
+                windows[i] = feats[at - n_hist : at + 1]
+        run.clear()
+
+    before = history
     for i in range(len(rows)):
         gap = secs[i] - st["last_ts"]
         if live.max_gap_seconds and st["last_step"] >= 0 and gap > float(live.max_gap_seconds):
-            history = history[:0]
+            close_run(before)
+            history = before = history[:0]
             st["segment"] = int(st["segment"]) + 1
         st["last_step"] = int(st["last_step"]) + 1
         st["last_ts"] = float(secs[i])
         steps.append(st["last_step"])
-        is_full = len(history) >= n_hist
-        full.append(is_full)
-        block = np.vstack([history, raw[i : i + 1]])
-        conds.append(block if is_full else None)  # the raw samples the window's features are computed from
-        history = block[-keep:]
+        run.append(i)
+        history = np.vstack([history, raw[i : i + 1]])[-keep:]
+    close_run(before)
     st["history"] = history.ravel().tolist()
     st["history_len"] = int(len(history))
-    full_mask = np.asarray(full, dtype=bool)
     phase = np.full(len(rows), np.nan)
     dist = np.full(len(rows), np.nan)
     acts: list[Any] = [None] * len(rows)
-    if full_mask.any():
-        windows = [model.scaler.transform(_features(block, model.features)[-(n_hist + 1):]) for block, f in zip(conds, full) if f]
-        x = np.stack([w[-1] for w in windows])
+    # a window with a non-finite feature (a share of a zero limit) is not labelled, as in silver
+    idx = np.asarray(sorted(i for i, w in windows.items() if np.isfinite(w).all()), dtype=np.int64)
+    if idx.size:
+        x = np.stack([windows[i][-1] for i in idx])
         # time-major, oldest first, as silver's history column: [x(t-n) features..., ..., x(t-1) features...]
-        cond = np.stack([w[:-1].ravel() for w in windows])
+        cond = np.stack([windows[i][:-1].ravel() for i in idx])
         ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
-        idx = np.flatnonzero(full_mask)
         phase[idx], dist[idx] = ph, d
         for j, row in zip(idx, h):
             acts[j] = row.tolist()
