@@ -4,7 +4,7 @@
     .venv/bin/python bench/stream.py --containers 100 --backlog-steps 500 --feed-seconds 120
 
 Two measurements, one local Spark session (``--master``, default ``local[2]``), the imported reference model
-(no training), policy ``--policy`` (default ``vpa``: the dearest, it replays the container's whole trace at
+(no training; or ``--model DIR``, e.g. a model with the default derived features), policy ``--policy`` (default ``vpa``: the dearest, it replays the container's whole trace at
 every micro-batch):
 
 1. **Sustained rows/s**: ``containers x backlog-steps`` samples ingested into bronze first, then one
@@ -48,6 +48,8 @@ def main() -> None:
     p.add_argument("--policy", default="vpa")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--reference-model", default=str(ROOT.parent / "shared" / "data" / "reference" / "reference_model.json"))
+    p.add_argument("--model", help="a trained model directory to label with instead of the imported reference model "
+                   "(e.g. one with the default derived features)")
     p.add_argument("--work", help="working folder (default: a temporary one, removed)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     a = p.parse_args()
@@ -67,7 +69,7 @@ def main() -> None:
     spark = get_spark(cfg)
     lake = Lake.for_config(spark, cfg)
     try:
-        model = stages.import_reference_model(cfg, spark, path=a.reference_model).details["path"]
+        model = a.model or stages.import_reference_model(cfg, spark, path=a.reference_model).details["path"]
         cfg = cfg.replace(label={"model": model})
         feeds = max(int(a.feed_seconds // a.period), 1)
         total_steps = a.backlog_steps + feeds * a.feed_steps
