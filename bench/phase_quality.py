@@ -24,6 +24,31 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def bench_config(work: Path, overrides: list[str]):
+    """The frozen-fleet benchmarks' configuration: local[2], tables, models and report under ``work``."""
+    from ai4dl.config import load_config
+
+    return load_config(None, [
+        "spark.master=local[2]", "spark.shuffle_partitions=4", "spark.driver_memory=6g",
+        f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}", f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}",
+        f"report.dir={work / 'report'}", *overrides,
+    ])
+
+
+def label_fleet(cfg, spark, source: str, fmt: str):
+    """Ingest, window, train and label ``source`` as the pipeline does; the trained stage result and the
+    training seconds."""
+    from ai4dl import stages
+
+    stages.ingest(cfg, spark, input=source, fmt=fmt)
+    stages.window(cfg, spark)
+    t0 = time.time()
+    trained = stages.train(cfg, spark)
+    train_seconds = time.time() - t0
+    stages.label(cfg, spark, model=trained.details["path"])
+    return trained, train_seconds
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fleet", default=str(ROOT.parent / "shared" / "data" / "fleet" / "fleet-2026"))
@@ -36,26 +61,16 @@ def main(argv=None) -> int:
     from pyspark.sql import functions as F
 
     from ai4dl import stages
-    from ai4dl.config import load_config
     from ai4dl.lake.session import get_spark
     from ai4dl.lake.tables import Lake
     from ai4dl.method.quality import phase_quality
 
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
-    cfg = load_config(None, [
-        "spark.master=local[2]", "spark.shuffle_partitions=4", "spark.driver_memory=6g",
-        f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}", f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}",
-        f"report.dir={work / 'report'}", *args.overrides,
-    ])
+    cfg = bench_config(work, args.overrides)
     print(f"[quality] load {os.getloadavg()[0]:.2f} (1 min); fleet {args.fleet}", flush=True)
     spark = get_spark(cfg)
-    stages.ingest(cfg, spark, input=args.fleet, fmt="parquet")
-    stages.window(cfg, spark)
-    t0 = time.time()
-    trained = stages.train(cfg, spark)
-    train_seconds = time.time() - t0
-    stages.label(cfg, spark, model=trained.details["path"])
+    trained, train_seconds = label_fleet(cfg, spark, args.fleet, "parquet")
     lake = Lake.for_config(spark, cfg)
     held = cfg.window.split.held_out(lake.read("phases")).where("phase IS NOT NULL AND behaviour IS NOT NULL")
     pdf = held.select("behaviour", "phase").toPandas()

@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from phase_quality import bench_config, label_fleet  # noqa: E402  (the frozen-fleet benchmarks' shared set-up)
 
 PHASE_POLICIES = ("phase.rule", "phase.proactive", "phase.headroom")
 
@@ -82,7 +85,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from ai4dl import stages
-    from ai4dl.config import load_config
     from ai4dl.lake.session import get_spark
     from ai4dl.lake.tables import Lake
     from ai4dl.policies.replay import PolicyParams, ServiceLevel
@@ -90,19 +92,12 @@ def main(argv=None) -> int:
     work = Path(args.workdir)
     if not args.reuse:
         shutil.rmtree(work, ignore_errors=True)
-    cfg = load_config(None, [
-        "spark.master=local[2]", "spark.shuffle_partitions=4", "spark.driver_memory=6g",
-        f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}", f"lake.root={work / 'lake'}", f"lake.models={work / 'models'}",
-        f"report.dir={work / 'report'}", *args.overrides,
-    ])
+    cfg = bench_config(work, args.overrides)
     print(f"[policies] load {os.getloadavg()[0]:.2f} (1 min); input {args.input}", flush=True)
     spark = get_spark(cfg)
     t0 = time.time()
     if not args.reuse:
-        stages.ingest(cfg, spark, input=args.input, fmt=args.format)
-        stages.window(cfg, spark)
-        trained = stages.train(cfg, spark)
-        stages.label(cfg, spark, model=trained.details["path"])
+        label_fleet(cfg, spark, args.input, args.format)
     stages.behaviour(cfg, spark)
     result = stages.policies(cfg, spark)
     table = result.details["calibration"]

@@ -29,15 +29,19 @@ if TYPE_CHECKING:  # pragma: no cover - the kernel runs without Spark; the engin
 
 def nearest(centers: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Index of the nearest centre (squared Euclidean, ties to the lowest index, like k-means) and its distance."""
-    d2 = (h * h).sum(1)[:, None] - 2.0 * h @ centers.T + (centers * centers).sum(1)[None, :]
+    d2 = _expanded_squares(centers, h)
     idx = np.argmin(d2, axis=1)
     return idx, np.sqrt(np.maximum(d2[np.arange(len(idx)), idx], 0.0))
 
 
+def _expanded_squares(centers: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """|h|^2 - 2 h.c + |c|^2 for every row and centre (may dip a hair below 0 by rounding)."""
+    return (h * h).sum(1)[:, None] - 2.0 * h @ centers.T + (centers * centers).sum(1)[None, :]
+
+
 def squared_distances(centers: np.ndarray, h: np.ndarray) -> np.ndarray:
     """(rows, k) squared Euclidean distances of activations to every centre."""
-    h = np.asarray(h, dtype=np.float64)
-    return np.maximum((h * h).sum(1)[:, None] - 2.0 * h @ centers.T + (centers * centers).sum(1)[None, :], 0.0)
+    return np.maximum(_expanded_squares(centers, np.asarray(h, dtype=np.float64)), 0.0)
 
 
 def switch_gap(centers: np.ndarray, h: np.ndarray) -> float:

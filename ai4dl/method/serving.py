@@ -59,9 +59,11 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
     ts = epoch_seconds(frame[TS])
     # Row positions ordered by container, then time (a stable sort keeps the input order of equal keys).
     order = np.lexsort((ts, pods))
+    starts = np.r_[0, np.flatnonzero(pods[order][1:] != pods[order][:-1]) + 1] if len(order) else np.zeros(0, int)
+    containers = np.split(order, starts[1:])  # each container's row positions, in time order
     if derived:  # per container in time order, as the window stage computes them
         values = np.full((len(frame), len(derived)), np.nan)
-        for rows in np.split(order, np.flatnonzero(pods[order][1:] != pods[order][:-1]) + 1):
+        for rows in containers:
             part = frame.iloc[rows].reset_index(drop=True)
             values[rows] = derive_segments(part, derived, ts[rows], max_gap_seconds)[list(derived)].to_numpy(dtype=float)
         frame = frame.assign(**{name: values[:, i] for i, name in enumerate(derived)})
@@ -69,28 +71,20 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
     n = model.n_history
     step = np.zeros(len(frame), dtype=np.int64)
     windows: list[int] = []  # positions (into the sorted order) of steps with full history
-    start = 0
-    while start < len(order):
-        end = start
-        while end < len(order) and pods[order[end]] == pods[order[start]]:
-            end += 1
-        rows = order[start:end]
-        step[rows] = np.arange(end - start)
+    for start, rows in zip(starts, containers):
+        step[rows] = np.arange(len(rows))
         seg_start = 0
-        for j in range(end - start):
+        for j in range(len(rows)):
             if j and max_gap_seconds and ts[rows[j]] - ts[rows[j - 1]] > max_gap_seconds:
                 seg_start = j
             if j - seg_start >= n:
                 windows.append(start + j)
-        start = end
     phase = pd.array([pd.NA] * len(frame), dtype="Int32")
     distance = np.full(len(frame), np.nan)
-    if windows:
-        pos = np.asarray(windows)
-        finite = np.isfinite(x_all).all(axis=1)  # a window with a non-finite feature is not labelled (as in silver)
-        usable = finite[order[pos]] & np.all([finite[order[pos - k]] for k in range(1, n + 1)], axis=0)
-        pos = pos[usable]
-    if windows and len(pos):
+    pos = np.asarray(windows, dtype=np.int64)
+    finite = np.isfinite(x_all).all(axis=1)  # a window with a non-finite feature is not labelled (as in silver)
+    pos = pos[finite[order[pos]] & np.all([finite[order[pos - k]] for k in range(1, n + 1)], axis=0)]
+    if len(pos):
         target = order[pos]
         x = x_all[target]
         cond = np.concatenate([x_all[order[pos - k]] for k in range(n, 0, -1)], axis=1)  # oldest first

@@ -59,8 +59,8 @@ def calibrate(train_totals: pd.DataFrame, held_totals: pd.DataFrame, target_fulf
     missing = [c for c in ("policy", "resource", "knob", *_TOTALS) if c not in held_totals.columns]
     if missing:
         raise InputError(f"held-out totals lack column(s) {missing}")
-    chosen = choose_knob(train_totals, target_fulfilment)
     level = ServiceLevel.of(target_fulfilment)
+    chosen = choose_knob(train_totals, level)
     rows = []
     for c in chosen.itertuples(index=False):
         held = held_totals[(held_totals["policy"] == c.policy) & (held_totals["resource"] == c.resource)

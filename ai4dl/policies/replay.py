@@ -400,14 +400,12 @@ def container_jumps(pdf: pd.DataFrame, params: PolicyParams | None = None) -> pd
         return pd.DataFrame({"phase": pd.Series(dtype="int64"), "resource": pd.Series(dtype="object"),
                              "jump": pd.Series(dtype="float64")})
     trace = _trace(pdf, params)
+    if trace.phases is None:
+        return container_jumps(None)
     parts = []
     for resource in RESOURCES:
-        if trace.phases is None:
-            continue
         ph, jump = jumps_of(trace.usage[resource], trace.limit[resource], trace.phases, int(params.interval_steps))
         parts.append(pd.DataFrame({"phase": ph.astype("int64"), "resource": resource, "jump": jump}))
-    if not parts:
-        return container_jumps(None)
     return pd.concat(parts, ignore_index=True)[list(JUMP_COLUMNS)]
 
 
@@ -733,7 +731,10 @@ class ServiceLevel:
         """A service level as given, or one fulfilment for both resources."""
         if isinstance(target, ServiceLevel):
             return target
-        return cls(cpu_fulfilment=float(target), mem_fulfilment=float(target))
+        share = finite_value(target)
+        if not 0.0 <= share <= 1.0:
+            raise InputError(f"target_fulfilment must be in [0, 1], got {target!r}")
+        return cls(cpu_fulfilment=share, mem_fulfilment=share)
 
     @classmethod
     def from_config(cls, section: Any) -> "ServiceLevel":
@@ -782,10 +783,6 @@ def choose_knob(frame: pd.DataFrame, target_fulfilment: "float | ServiceLevel") 
     ``resource``, ``knob_name`` (the :class:`PolicyParams` field, None without a knob), ``knob``, the summed
     columns, ``fulfilment`` and ``reached``.
     """
-    if not isinstance(target_fulfilment, ServiceLevel):
-        target = finite_value(target_fulfilment)
-        if not 0.0 <= target <= 1.0:
-            raise InputError(f"target_fulfilment must be in [0, 1], got {target_fulfilment!r}")
     level = ServiceLevel.of(target_fulfilment)
     missing = [c for c in ("policy", "resource", "knob", "steps", "met_steps", "allocated") if c not in frame.columns]
     if level.oom_kills_per_100 is not None:

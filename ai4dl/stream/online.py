@@ -17,7 +17,8 @@ What it does, and why it gives the batch pipeline's answers:
 * **Windows.** The state keeps the *raw* metrics of the last ``n_history + LOOKBACK`` samples of the current
   segment (a gap longer than ``max_gap_seconds`` starts a new one, as in
   :func:`ai4dl.method.windowing.build_windows`): derived features (:mod:`ai4dl.method.features`) are computed
-  over them, once per micro-batch, exactly as the window stage computes them. They are scaled when labelled, with the labelling model's own scaler: the numbers are those of a silver
+  over them, once per micro-batch, exactly as the window stage computes them. They are scaled when labelled,
+  with the labelling model's own scaler: the numbers are those of a silver
   table scaled with that scaler, and a model change (possibly with another scaler) never meets history scaled
   by the previous one.
 * **Phases.** Full windows are labelled with :func:`ai4dl.method.labelling.label_batch`, the kernel of the
