@@ -245,6 +245,9 @@ def _interval_stat(usage: np.ndarray, length: int, stat: str, k: float) -> np.nd
 
 def _phase_codes(phases: Any) -> np.ndarray:
     """Phases as floats (NaN = unlabelled), whatever they came as (ints, floats, None, strings of ints)."""
+    arr = np.asarray(phases)
+    if arr.dtype.kind == "f":  # already codes (a replay's trace converts once for all its policies and knobs)
+        return arr.astype("float64", copy=False).ravel()
     as_objects = pd.Series(np.asarray(phases, dtype=object).ravel(), dtype="object")
     return pd.to_numeric(as_objects, errors="coerce").astype("float64").to_numpy()
 
@@ -255,8 +258,7 @@ def _phase_before(phases: np.ndarray, length: int) -> np.ndarray:
     n_int = -(-n // length)
     last = pd.Series(_phase_codes(phases)).ffill().to_numpy()  # last non-null phase up to and including each step
     out = np.full(n_int, np.nan)
-    for i in range(1, n_int):
-        out[i] = last[i * length - 1]
+    out[1:] = last[np.arange(1, n_int) * length - 1]
     return out
 
 
@@ -363,10 +365,14 @@ def _headroom_decisions(
     prev_max = np.concatenate([[np.nan], _interval_stat(usage, length, "max", 0.0)[:-1]])
     decision = np.full(len(current), np.nan)
     q = float(params.headroom_quantile)
+    headroom: dict[int, float] = {}  # per phase, read from its table once
     for i, p in enumerate(current):
         if np.isnan(p) or np.isnan(prev_max[i]):
             continue
-        decision[i] = prev_max[i] + _headroom(stats, int(p), resource, q) * lim[min(i * length, n - 1)]
+        h = headroom.get(int(p))
+        if h is None:
+            h = headroom[int(p)] = _headroom(stats, int(p), resource, q)
+        decision[i] = prev_max[i] + h * lim[min(i * length, n - 1)]
     return decision
 
 
@@ -420,25 +426,35 @@ def headroom_tables(phases: np.ndarray, jumps: np.ndarray) -> dict[int, list[flo
 
 
 def _vpa_decisions(
-    usage: np.ndarray, lim: np.ndarray, length: int, params: PolicyParams, resource: str, ts_seconds: np.ndarray | None
+    usage: np.ndarray, lim: np.ndarray, length: int, params: PolicyParams, resource: str, ts_seconds: np.ndarray | None,
+    percentiles: Sequence[float] | None = None,
 ) -> np.ndarray:
     """Per interval, the real VPA recommender's target for ``resource`` given the samples before the interval
     (NaN before its first sample), with the memory closed loop of the module docstring. One recommender, each
-    sample fed once; Python lists, not numpy scalars, in the per-sample loop."""
+    sample fed once; Python lists, not numpy scalars, in the per-sample loop.
+
+    ``percentiles`` (CPU only): the targets at each of these percentiles instead of ``params.vpa_percentile``,
+    shape (len(percentiles), intervals), from the same one pass: CPU samples do not depend on what was
+    allocated, so a knob grid need not feed the recommender once per value. Memory's OOM samples do."""
     n = len(usage)
     n_int = -(-n // length)
     timed = ts_seconds is not None
+    is_mem = resource == "mem"
+    if percentiles is not None and is_mem:
+        raise InputError("VPA memory targets depend on the percentile through OOM samples: one percentile per pass")
     rec = VpaRecommender(params.vpa(timed))
-    decision = np.full(n_int, np.nan)
+    asked = [None] if percentiles is None else [float(q) for q in percentiles]
+    decisions = np.full((len(asked), n_int), np.nan)
+    decision = decisions[0]
     values = usage.tolist()
     times = ts_seconds.tolist() if timed else None
-    is_mem = resource == "mem"
     for i in range(n_int):
         start, end = i * length, min((i + 1) * length, n)
         if i > 0:
-            target = rec.target(resource)
-            if target is not None:
-                decision[i] = target
+            for j, q in enumerate(asked):
+                target = rec.target(resource, q)
+                if target is not None:
+                    decisions[j, i] = target
         in_force = _cap(np.full(end - start, decision[i]), lim[start:end]).tolist() if is_mem else None
         oom_reported = False
         for k in range(start, end):
@@ -458,7 +474,7 @@ def _vpa_decisions(
                 rec.add_sample(times[k], **sample)
             else:
                 rec.add_sample_at_step(k, **sample)
-    return decision
+    return decision if percentiles is None else decisions
 
 
 def allocate(
@@ -510,13 +526,13 @@ def allocate(
     elif policy in ("phase.rule", "phase.proactive"):
         decision = np.full(n_int, np.nan)
         if phases is not None:
-            ph = _per_step("phases", phases, n, dtype=object)
+            ph = _per_step("phases", _phase_codes(phases), n)
             successors = normalise_transitions(transitions) if policy == "phase.proactive" else None
             decision = _phase_decisions(ph, lim, length, params, normalise_stats(phase_stats), resource, successors)
     elif policy == "phase.headroom":
         decision = np.full(n_int, np.nan)
         if phases is not None:
-            ph = _per_step("phases", phases, n, dtype=object)
+            ph = _per_step("phases", _phase_codes(phases), n)
             decision = _headroom_decisions(u, ph, lim, length, params, normalise_stats(phase_stats), resource)
     else:  # vpa
         ts = None if ts_seconds is None else _per_step("ts_seconds", ts_seconds, n)
@@ -614,7 +630,7 @@ def _trace(pdf: pd.DataFrame, params: PolicyParams) -> _Trace:
     ts = timestamps_seconds(df)
     return _Trace(
         key={"pod_id": str(pdf["pod_id"].iloc[0]), "service": service},
-        phases=df["phase"].to_numpy(dtype=object) if "phase" in df else None,
+        phases=_phase_codes(df["phase"].to_numpy(dtype=object)) if "phase" in df else None,
         ts_seconds=ts,
         durations=step_durations(ts, len(df), float(params.vpa_step_seconds)),
         usage={r: pd.to_numeric(df[u], errors="coerce").to_numpy(dtype=float) for r, (u, _) in RESOURCES.items()},
@@ -626,12 +642,19 @@ def _trace(pdf: pd.DataFrame, params: PolicyParams) -> _Trace:
 
 
 def _replay_rows(
-    trace: _Trace, policy: str, params: PolicyParams, phase_stats: Mapping | None, transitions: Any
+    trace: _Trace, policy: str, params: PolicyParams, phase_stats: Mapping | None, transitions: Any,
+    decided: Mapping[str, np.ndarray] | None = None,
 ) -> list[dict]:
+    """One row per resource; ``decided`` gives a resource's per-interval decisions already computed (VPA's CPU
+    targets for a whole knob grid), allocated as :func:`allocate` would."""
     rows = []
     for resource in RESOURCES:
         usage, limit = trace.usage[resource], trace.limit[resource]
-        alloc = allocate(policy, usage, limit, params, trace.phases, phase_stats, resource, trace.ts_seconds, transitions)
+        if decided is not None and resource in decided:
+            lim = _as_limit(limit, len(usage))
+            alloc = _cap(np.repeat(decided[resource], int(params.interval_steps))[: len(usage)], lim)
+        else:
+            alloc = allocate(policy, usage, limit, params, trace.phases, phase_stats, resource, trace.ts_seconds, transitions)
         rows.append({**trace.key, "policy": policy, "resource": resource,
                      **_metrics(usage, alloc, limit, resource, trace.durations)})
     return rows
@@ -699,9 +722,17 @@ def replay_container_grid(
             rows += [{**r, "knob": math.nan} for r in _replay_rows(trace, policy, params, phase_stats, transitions)]
             continue
         name = KNOBS[policy][0]
-        for value in grids[policy]:
+        shared = None
+        if policy == "vpa":  # CPU targets for every percentile from one pass of the recommender
+            u = trace.usage["cpu"]
+            if len(u):
+                ts = None if trace.ts_seconds is None else _per_step("ts_seconds", trace.ts_seconds, len(u))
+                shared = _vpa_decisions(u, _as_limit(trace.limit["cpu"], len(u)), int(params.interval_steps), params,
+                                        "cpu", ts, grids[policy])
+        for j, value in enumerate(grids[policy]):
             tuned = dataclasses.replace(params, **{name: value})
-            rows += [{**r, "knob": value} for r in _replay_rows(trace, policy, tuned, phase_stats, transitions)]
+            decided = None if shared is None else {"cpu": shared[j]}
+            rows += [{**r, "knob": value} for r in _replay_rows(trace, policy, tuned, phase_stats, transitions, decided)]
     return _frame(rows, POLICY_FRONTIER_FIELDS)
 
 

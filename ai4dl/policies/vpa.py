@@ -728,11 +728,13 @@ class VpaRecommender:
             base = _resource_amount(self._mem.percentile(pct))
         return base + _scale_resource(base, self.params.safety_margin_fraction)
 
-    def _target_amount(self, resource: str) -> int:
-        pct = self.params.target_cpu_percentile if resource == "cpu" else self.params.target_memory_percentile
+    def _target_amount(self, resource: str, percentile: float | None = None) -> int:
+        pct = percentile
+        if pct is None:
+            pct = self.params.target_cpu_percentile if resource == "cpu" else self.params.target_memory_percentile
         return max(self._with_margin(resource, pct), self._min_amount(resource))
 
-    def target(self, resource: str) -> float | None:
+    def target(self, resource: str, percentile: float | None = None) -> float | None:
         """The target of one resource (``"cpu"`` in cores, ``"mem"`` in bytes), equal to
         ``recommend().cpu_target`` / ``.mem_target`` but computing one percentile instead of six: a policy
         replay asks for it at every interval start.
@@ -740,15 +742,18 @@ class VpaRecommender:
         None while that resource has no sample: for CPU exactly when :meth:`recommend` is None; for memory
         before the first memory sample (so a replay that feeds memory alone still gets memory targets, where
         :meth:`recommend` would wait for a CPU sample).
+
+        ``percentile`` replaces the parameters' target percentile for this answer only: the histograms do not
+        depend on it, so one recommender fed once answers for several percentiles.
         """
         if resource == "cpu":
             if self.total_samples == 0:
                 return None
-            return self._target_amount("cpu") / 1000.0
+            return self._target_amount("cpu", percentile) / 1000.0
         if resource == "mem":
             if self._window_end_ns == 0:
                 return None
-            return float(self._target_amount("mem"))
+            return float(self._target_amount("mem", percentile))
         raise InputError(f"VpaRecommender.target: resource must be 'cpu' or 'mem', got {resource!r}")
 
     def recommend(self) -> Recommendation | None:
