@@ -192,8 +192,12 @@ class TrainConfig:
     sample_size: int = _key(100_000, lo=1)
     max_per_container: int = _key(2_000, lo=1)
     seed: int = 1234
-    # k-means fits with seeds seed, seed+1, ...: the lowest-cost fit is kept (phases stable across seeds).
+    # k-means starts (Spark ML: seeds seed, seed+1, ...): the lowest-cost fit is kept (phases stable across seeds).
     kmeans_restarts: int = _key(10, lo=1)
+    # Where k-means is fitted on the CRBM's sample: "driver" (scikit-learn on the sample the CRBM already holds
+    # in the driver; well under a second) or "spark" (Spark ML, some 60 Spark jobs per start: 20-30 s on the
+    # demo for the same fit). Assignment of every window is distributed either way (label).
+    kmeans_engine: str = _key("driver", choices=("driver", "spark"))
     device: str = _key("auto", choices=("auto", "cpu", "cuda"))
     # > 1: train the CRBM data-parallel with Spark's TorchDistributor on this many processes.
     distributor_processes: int = _key(0, lo=0)

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from ai4dl import stages
 from ai4dl.errors import InputError
 from ai4dl.lake.tables import Lake
-from ai4dl.method.clustering import adjusted_rand_index, fit_centers
+from ai4dl.method.clustering import adjusted_rand_index, fit_centers, fit_centers_local
 from ai4dl.method.labelling import label_arrays
 from ai4dl.method.model import ModelError, PhaseModel
 from ai4dl.method.training import PhaseEstimator, refine
@@ -123,6 +123,21 @@ def test_k_larger_than_distinct_points(spark):
     df = spark.createDataFrame([([0.1, 0.2],), ([0.1, 0.2],), ([0.3, 0.4],)], "activations array<double>")
     with pytest.raises(InputError, match="only 2 distinct points"):
         fit_centers(df, 3, seed=1)
+    with pytest.raises(InputError, match="only 2 distinct points"):
+        fit_centers_local(np.array([[0.1, 0.2], [0.1, 0.2], [0.3, 0.4]]), 3, seed=1)
+    with pytest.raises(InputError, match="no activations"):
+        fit_centers_local(np.full((4, 2), np.nan), 2, seed=1)
+
+
+def test_driver_and_spark_kmeans_find_the_same_centres_in_the_same_order(spark):
+    """The engines differ in starts (k-means++ vs k-means||) but must agree where the clusters are clear, in
+    the stable order phase ids come from; non-finite rows are left out as null ones are in Spark."""
+    rng = np.random.default_rng(0)
+    blobs = np.concatenate([rng.normal(c, 0.05, size=(60, 3)) for c in ([0, 0, 1], [1, 0, 0], [0, 1, 0], [1, 1, 1])])
+    local = fit_centers_local(np.vstack([blobs, [[np.nan, 0, 0]]]), 4, seed=5, restarts=3)
+    df = spark.createDataFrame([(row.tolist(),) for row in blobs], "activations array<double>")
+    np.testing.assert_allclose(local, fit_centers(df, 4, seed=5, restarts=3), atol=1e-9)
+    assert local[:, 0].tolist() == sorted(local[:, 0].tolist())
 
 
 def test_adjusted_rand_index():

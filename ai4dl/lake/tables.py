@@ -107,6 +107,7 @@ class Lake:
     def __init__(self, spark: SparkSession | None, root: str) -> None:
         self.spark = spark
         self.root = str(root)
+        self._run_log_checked: str | None = None  # the run log's path once checked (see _ensure_run_log)
 
     @classmethod
     def for_config(cls, spark: SparkSession, cfg: Any) -> "Lake":
@@ -300,11 +301,18 @@ def set_properties(spark: SparkSession, path: str, properties: dict[str, str]) -
 
 
 def table_properties(spark: SparkSession, path: str) -> dict[str, str]:
-    """The table's TBLPROPERTIES as stored in its current metadata."""
-    from delta.tables import DeltaTable
+    """The table's TBLPROPERTIES as stored in its current metadata.
 
-    detail = DeltaTable.forPath(spark, path).detail().select("properties").first()
-    return dict(detail[0] or {})
+    ``SHOW TBLPROPERTIES`` reads the metadata alone; ``DeltaTable.detail()`` (the same properties) also sizes
+    every file of the table, a Spark job: 3 s against 0.1 s per call on the demo's lake. SHOW adds the
+    protocol (reader/writer versions, table features), which is not a property of the data and is left out.
+    """
+    rows = spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()
+    return {str(r[0]): str(r[1]) for r in rows if not _is_protocol_key(str(r[0]))}
+
+
+def _is_protocol_key(key: str) -> bool:
+    return key in ("delta.minReaderVersion", "delta.minWriterVersion") or key.startswith("delta.feature.")
 
 
 def _metadata_properties(text: str | None) -> dict[str, str] | None:
@@ -488,8 +496,13 @@ def optimize(spark: SparkSession, path: str, zorder: Iterable[str] = ()) -> dict
 
 
 def _ensure_run_log(lake: Lake) -> str:
-    """The run-log table, created or brought to the current schema (a lake of ai4dl 0.1 lacks status columns)."""
+    """The run-log table, created or brought to the current schema (a lake of ai4dl 0.1 lacks status columns).
+
+    Checked once per :class:`Lake` handle (a stage's "started" and "finished" rows share one): each check is
+    a table lookup and a snapshot."""
     spark, path = lake.spark, lake.path("run_log")
+    if getattr(lake, "_run_log_checked", None) == path:
+        return path
     ensure_table(spark, path, S.RUN_LOG)
     have = set(spark.read.format("delta").load(path).columns)
     missing = [f for f in S.RUN_LOG.fields if f.name not in have]
@@ -497,6 +510,7 @@ def _ensure_run_log(lake: Lake) -> str:
         cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
         spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN finished_at DROP NOT NULL")
+    lake._run_log_checked = path
     return path
 
 
@@ -508,6 +522,7 @@ def _append_run_log(lake: Lake, rows: list[tuple]) -> None:
             frame.write.format("delta").mode("append").save(path)
             return
         except Exception as exc:
+            lake._run_log_checked = None  # whatever went wrong, the next row checks the table again
             if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))

@@ -23,8 +23,8 @@ from ai4dl import __version__
 from ai4dl.config import TrainConfig
 from ai4dl.errors import InputError, ModelError
 from ai4dl.lake.columns import POD_ID
-from ai4dl.method.clustering import adjusted_rand_index, contingency, fit_centers, k_report
-from ai4dl.method.crbm import train_crbm
+from ai4dl.method.clustering import adjusted_rand_index, contingency, fit_centers, fit_centers_local, k_report
+from ai4dl.method.crbm import encode, train_crbm
 from ai4dl.method.labelling import encode_windows, stack_rows
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.scaler import Scaler
@@ -92,7 +92,10 @@ class PhaseEstimator:
             k_scores = k_report(encoded, range(lo, hi + 1), t.seed)
             for k, sil, inertia in k_scores:
                 log(f"train: k={k:2d} silhouette={sil:.3f} inertia={inertia:.1f}")
-        centers = fit_centers(encoded, t.k, t.seed, restarts=t.kmeans_restarts)
+        if t.kmeans_engine == "driver":  # the sample is here already: its activations are one matrix product
+            centers = fit_centers_local(encode(result.weights, x, cond), t.k, t.seed, restarts=t.kmeans_restarts)
+        else:
+            centers = fit_centers(encoded, t.k, t.seed, restarts=t.kmeans_restarts)
         sample.unpersist()
         span = windows.agg(F.min("ts").alias("lo"), F.max("ts").alias("hi"), F.countDistinct(POD_ID).alias("n")).first()
         info = {
