@@ -18,6 +18,16 @@ def _require_shared(path: Path) -> Path:
     return path
 
 
+def pytest_configure(config):
+    """Delta's JARs fetched once before any pytest-xdist worker starts, so two workers on a fresh machine do
+    not both run Ivy into the same cache (a no-op once the classpath is recorded)."""
+    if hasattr(config, "workerinput"):
+        return
+    from ai4dl.lake.session import delta_jars
+
+    delta_jars(ROOT / ".cache" / "ivy")
+
+
 @pytest.fixture(scope="session")
 def project_root() -> Path:
     return ROOT

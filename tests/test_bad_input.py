@@ -184,6 +184,7 @@ def test_duplicates_and_out_of_order_rows(cfg, export, spark, lake, tmp_path):
 # --- short containers, Unicode ids, tiny fleets -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unicode_ids_and_short_container_survive_ingest_window_label(cfg, export, reference_model, spark, lake, tmp_path):
     from ai4dl import stages
 

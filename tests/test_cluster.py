@@ -19,7 +19,7 @@ import pytest
 from ai4dl import stages
 from tests.standalone import RESULT_PREFIX, StandaloneCluster, driver_command, kill_group
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 DRIVER_TIMEOUT = 600.0  # generous: a loaded CI box; an idle one needs a fraction
 

@@ -195,6 +195,7 @@ def test_a_file_missing_a_column_in_a_folder_is_named(cfg, export, lake, tmp_pat
     assert not lake.exists("bronze")  # refused before anything was written
 
 
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(seed=st.integers(min_value=0, max_value=10**6))
 def test_any_column_order_per_file_lands_like_one_file(cfg, dlaas_sample, spark, tmp_path_factory, seed):

@@ -14,6 +14,7 @@ from ai4dl import stages
 from ai4dl.tracking import metrics
 
 
+@pytest.mark.slow
 def test_train_logs_run_and_pyfunc_labels_like_the_batch_stage(cfg, spark, lake, dlaas_sample, tmp_path):
     mlflow = pytest.importorskip("mlflow")
     import mlflow.pyfunc

@@ -5,6 +5,8 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
+import pytest
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "ai4dl_walkthrough.py"
 SEPARATOR = "# COMMAND ----------"
 
@@ -36,6 +38,7 @@ def test_notebook_cell_format():
     compile(text, str(NOTEBOOK), "exec")  # a Databricks source file is valid Python
 
 
+@pytest.mark.slow
 def test_notebook_runs_on_dlaas_sample(dlaas_sample, reference_model, spark, tmp_path, monkeypatch):
     env = {
         "AI4DL_LAKE_ROOT": tmp_path / "lake",

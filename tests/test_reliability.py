@@ -83,6 +83,7 @@ def twice(spark, tmp_path_factory, dlaas_sample, reference_model):
     return {"cfg": cfg, "lake": lake, "sets": sets, "rounds": rounds, "model_dir": model_dir}
 
 
+@pytest.mark.slow
 def test_every_stage_is_idempotent(twice):
     first, second, _ = twice["rounds"]
     assert len(first["bronze"]) == 204 and len(first["phases"]) == 204 and len(first["policy_replay"]) > 0
@@ -90,6 +91,7 @@ def test_every_stage_is_idempotent(twice):
         assert first[name] == second[name], name
 
 
+@pytest.mark.slow
 def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice):
     from ai4dl.cli import main
 
@@ -137,6 +139,7 @@ def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice)
     assert page["table"].endswith("index.html")
 
 
+@pytest.mark.slow
 def test_a_model_with_another_scaler_is_refused(spark, twice, tmp_path):
     from ai4dl.method.model import load
     from ai4dl.method.scaler import Scaler
@@ -151,6 +154,7 @@ def test_a_model_with_another_scaler_is_refused(spark, twice, tmp_path):
     assert lake.version("phases") == before  # nothing written
 
 
+@pytest.mark.slow
 def test_silver_properties_match_the_reference_scaler(spark, twice):
     from ai4dl.method.model import load
     from ai4dl.method.windowing import PROP_SCALER, silver_scaler
@@ -245,6 +249,7 @@ def _key_counts(lake) -> tuple[int, int]:
     return bronze.count(), bronze.select("pod_id", "ts").distinct().count()
 
 
+@pytest.mark.slow
 def test_killed_ingest_leaves_the_previous_version_and_a_rerun_completes(cfg, dlaas_sample, spark, lake, tmp_path):
     from ai4dl.traces.synthetic import generate_fleet, write_fleet
 
@@ -303,6 +308,7 @@ def two_exports(spark, tmp_path_factory):
     return _write_pods(a, base / "a.csv"), len(a), _write_pods(b, base / "b.csv"), len(b)
 
 
+@pytest.mark.slow
 def test_concurrent_ingests_of_different_files_both_land(spark, lake, tmp_path, two_exports):
     a, n_a, b, n_b = two_exports
     root = Path(lake.root)  # a new lake: both writers also race to create the tables
@@ -313,6 +319,7 @@ def test_concurrent_ingests_of_different_files_both_land(spark, lake, tmp_path, 
     assert lake.read("quarantine").count() == 0
 
 
+@pytest.mark.slow
 def test_concurrent_ingests_of_the_same_file_insert_it_once(cfg, dlaas_sample, spark, lake, tmp_path, two_exports):
     a, n_a, _, _ = two_exports
     assert ingest(lake, cfg.ingest, str(dlaas_sample)).inserted == 204  # an existing table

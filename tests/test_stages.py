@@ -171,6 +171,7 @@ def test_lake_handle_paths_names_and_missing_tables(spark, tmp_path):
 # --- every verb leaves a run-log row ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_then_refine_and_optimize_each_leave_run_log_rows(spark, cfg):
     small = cfg.replace(
         generate={"containers": 10, "steps": 60, "services": 2},

@@ -90,7 +90,7 @@ def _expected_allocation(cfg, batch, pod: str, step: int) -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("policy", ["phase.proactive", "vpa"])
+@pytest.mark.parametrize("policy", ["phase.proactive", pytest.param("vpa", marks=pytest.mark.slow)])
 def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sample, tmp_path, policy):
     """Two availableNow runs over a bronze that grows in between: the phases equal ``ai4dl label``'s, and each
     recommendation equals what the batch replay (knowing the whole trace) allocates at that step."""
@@ -136,6 +136,7 @@ def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sam
         assert rec["model_id"] == load(batch["model_dir"]).model_id and rec["policy"] == policy
 
 
+@pytest.mark.slow
 def test_a_replayed_batch_changes_nothing(spark, batch, dlaas_sample, tmp_path):
     """Rerunning with a fresh checkpoint replays every batch: the MERGEs keep phases and recommendations."""
     cfg = _stream_cfg(batch, tmp_path)
@@ -178,6 +179,7 @@ def test_late_samples_are_quarantined_and_counted(batch, dlaas_sample):
     assert rec["late_samples"] == 2 and rec["step"] == len(pod) - 1
 
 
+@pytest.mark.slow
 def test_a_new_model_is_picked_up_at_a_batch_boundary_and_logged(spark, batch, dlaas_sample, tmp_path):
     import shutil
 
@@ -214,6 +216,7 @@ def test_a_model_change_between_batches_restarts_the_query_with_it(spark, batch,
     assert writer.pending == "m2" and not lake.exists("phases")
 
 
+@pytest.mark.slow
 def test_files_landing_in_a_folder_are_validated_ingested_and_labelled(spark, batch, dlaas_sample, tmp_path):
     """``stream.input``: each run ingests the folder's new files with ``ingest``'s rules (a bad row quarantined
     with its reason, a file without the required columns quarantined whole, the rest ingested) and labels
@@ -249,6 +252,7 @@ def test_files_landing_in_a_folder_are_validated_ingested_and_labelled(spark, ba
     assert (r3.files, r3.phases) == (0, 0) and lake.count("quarantine") == 2 and lake.count("bronze") == 204
 
 
+@pytest.mark.slow
 def test_a_finished_containers_state_expires_and_a_new_trace_starts(spark, batch, dlaas_sample, tmp_path):
     """``stream.state_ttl_hours``: past it, a container's state is gone; samples it sends later start a new
     trace (steps from 0, no history: the first n_history steps unlabelled) and replace its recommendation."""
@@ -306,6 +310,7 @@ def _wait_for(condition, proc, log: Path, timeout: float = 400.0) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_killed_stream_restarts_without_loss_or_duplicates(spark, batch, dlaas_sample, tmp_path):
     """``ai4dl stream --trigger continuous`` in its own driver while the sample lands chunk by chunk; SIGKILL
     while a micro-batch is in flight (offsets logged, commit not), land the rest, restart: phases equal batch,
