@@ -29,7 +29,9 @@ system-deps:
 		echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	else echo "not installed:$$missing (needs root and apt-get; the tests using them will skip)"; fi
 
+# Delta's JARs fetched and the JVM class archive written once, so the first command starts as fast as later ones.
 install: system-deps $(STAMP)
+	$(BIN)/python -c "from ai4dl.lake.session import prepare_local_start; prepare_local_start()"
 
 demo: install
 	$(BIN)/ai4dl demo --conf $(CONF)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from pyspark.sql import functions as F
 
 from ai4dl.lake.tables import Lake
@@ -55,3 +57,55 @@ def test_the_users_driver_java_options_come_after_the_logging_profile():
 
     conf = build_spark_conf(load_config(None, ['spark.conf={"spark.driver.extraJavaOptions": "-Xss8m"}']))
     assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()} -Xss8m"
+
+
+def test_the_driver_maps_the_class_archive_when_it_was_started_with_one(spark):
+    """A JVM given an archive it cannot use starts without sharing at all; one that uses it says "sharing"."""
+    jvm = spark.sparkContext._jvm
+    args = " ".join(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert ("-XX:SharedArchiveFile=" in args) != ("-XX:ArchiveClassesAtExit=" in args)
+    if "-XX:SharedArchiveFile=" in args:
+        assert "sharing" in jvm.java.lang.System.getProperty("java.vm.info")
+
+
+def test_a_class_archive_is_named_by_classpath_and_offered_only_when_complete(tmp_path):
+    from ai4dl.lake.session import ClassArchive
+
+    first = ClassArchive.for_classpath(tmp_path, ["/x/delta-a.jar"])
+    other = ClassArchive.for_classpath(tmp_path, ["/x/delta-b.jar"])
+    assert first.path != other.path and first.path == ClassArchive.for_classpath(tmp_path, ["/x/delta-a.jar"]).path
+    assert not first.ready
+    assert f"-XX:ArchiveClassesAtExit={first.partial}" in first.java_options()  # dumped beside, moved when whole
+    first.partial.write_bytes(b"half an archive")  # a dump cut short never takes the final name
+    assert not ClassArchive.for_classpath(tmp_path, ["/x/delta-a.jar"]).ready
+    first.path.write_bytes(b"archive")
+    again = ClassArchive.for_classpath(tmp_path, ["/x/delta-a.jar"])
+    assert again.ready and again.java_options().startswith(f"-XX:SharedArchiveFile={first.path} ")
+
+
+@pytest.mark.slow
+def test_the_first_start_writes_the_archive_and_the_next_one_maps_it(project_root, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    from ai4dl.lake.session import delta_jars
+
+    jars = delta_jars(project_root / ".cache" / "ivy")  # resolved JARs reused; only the archive is new
+    cache = tmp_path / "ivy"
+    cache.mkdir()
+    for manifest in (project_root / ".cache" / "ivy").glob("ai4dl-*.classpath"):
+        shutil.copy(manifest, cache)
+    assert jars
+    over = [f"spark.ivy_cache={cache}", "spark.master=local[1]", "spark.driver_memory=1g"]
+    prepare = f"from ai4dl.config import load_config; from ai4dl.lake.session import prepare_local_start; prepare_local_start(load_config(None, {over!r}))"
+    subprocess.run([sys.executable, "-c", prepare], check=True, cwd=tmp_path, timeout=600)
+    archives = list((cache / "ai4dl-jvm").glob("*.jsa"))
+    assert len(archives) == 1 and not list((cache / "ai4dl-jvm").glob("*.part"))
+    probe = (
+        "from ai4dl.config import load_config; from ai4dl.lake.session import get_spark; "
+        f"s = get_spark(load_config(None, {over + [f'lake.root={tmp_path}/lake']!r})); "
+        "print(s.sparkContext._jvm.java.lang.System.getProperty('java.vm.info'))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], check=True, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert "sharing" in out.stdout

@@ -341,6 +341,7 @@ def test_a_table_whose_creation_was_killed_is_created_on_the_rerun(spark, lake):
     (Path(lake.path("bronze")) / "_delta_log" / "_commits").mkdir(parents=True)
     lake.log_run("ingest", {"bronze": 0}, "digest")
     assert lake.read("run_log").count() == 1
+    assert lake.properties("run_log")["delta.checkpointInterval"] == lk.RUN_LOG_PROPERTIES["delta.checkpointInterval"]
     lk.ensure_table(spark, lake.path("bronze"), lk.spec("bronze").schema)
     assert lake.exists("bronze")
 
