@@ -36,10 +36,11 @@ install: system-deps $(STAMP)
 demo: install
 	$(BIN)/ai4dl demo --conf $(CONF)
 
-# The default suite on both cores (pytest-xdist), then the slow complete checks one at a time (they start
-# processes, clusters and kill them). `pytest` alone runs the default suite; `pytest -m slow` the slow one.
+# The default suite on both cores (pytest-xdist; a test file stays on one worker, so its module fixtures are
+# built once), then the slow complete checks one at a time (they start processes, clusters and kill them).
+# `pytest` alone runs the default suite; `pytest -m slow` the slow one.
 test: install
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 	$(BIN)/python -m pytest -m slow
 
 # The DLaaS sample labelled with the original AI4DL model (needs ../shared beside the project).
