@@ -236,13 +236,13 @@ def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Out
         bronze = bronze.cache()  # the derived features are computed once for the scaler's fit and the windows
     scaler = given or Scaler.fit(w.split.training(bronze), w.features)
     silver = build_windows(bronze, scaler, w.n_history, w.max_gap_seconds)
-    lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
+    written = lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
     if bronze is not raw:
         bronze.unpersist()
     counts = {r["has_full_history"]: r["count"] for r in lake.read("silver").groupBy("has_full_history").count().collect()}
     total = sum(counts.values())
     print(f"silver: {total} windows ({counts.get(True, 0)} with full history, {counts.get(False, 0)} without)")
-    return _Output({"silver": total}, rows_in=lake.count("bronze"))
+    return _Output({"silver": total}, {"silver": written.version}, rows_in=lake.count("bronze"))
 
 
 def labelling_phase_names(cfg: Config, lake: Any) -> dict[int, str]:
@@ -351,7 +351,7 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     silver, scaler, n_history = _silver(lake)
     check_compatible(phase_model, scaler.features, n_history, scaler.digest)
     phases = phase_model.transform(silver, engine=cfg.label.engine, switch_penalty=cfg.label.penalty)
-    lake.overwrite("phases", phases, properties={"ai4dl.model_id": phase_model.model_id})
+    written = lake.overwrite("phases", phases, properties={"ai4dl.model_id": phase_model.model_id})
     counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
     total = sum(r["count"] for r in counts)
     names = names_of(phase_model.info)
@@ -361,7 +361,7 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
 
     shown = ", ".join(f"{shown_phase(r['phase'])}: {r['count']}" for r in counts)
     print(f"phases: {total} steps labelled ({shown})")
-    return _Output({"phases": total}, details={"model": path}, rows_in=lake.count("silver"))
+    return _Output({"phases": total}, {"phases": written.version}, details={"model": path}, rows_in=lake.count("silver"))
 
 
 # --------------------------------------------------------------------------------------------------- behaviour
@@ -377,11 +377,11 @@ def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
 
     b = cfg.behaviour
     phases = lake.read("phases")
-    lake.overwrite("sequences", B.run_lengths(phases, b.min_run_steps))
+    written = {"sequences": lake.overwrite("sequences", B.run_lengths(phases, b.min_run_steps))}
     sequences = lake.read("sequences")
-    lake.overwrite("transitions", B.transition_counts(sequences))
+    written["transitions"] = lake.overwrite("transitions", B.transition_counts(sequences))
     names = labelling_phase_names(cfg, lake)
-    lake.overwrite("phase_stats", phase_statistics(phases, sequences, names=names))
+    written["phase_stats"] = lake.overwrite("phase_stats", phase_statistics(phases, sequences, names=names))
     views = create_bi_views(lake.spark, lake.path("phase_stats"), lake.path("sequences"), lake.path("transitions"))
 
     transitions = lake.read("transitions").toPandas()
@@ -397,16 +397,44 @@ def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
     G.write_graph(tree, out / "prototype_tree")
     draw_graph(graph, out / "transition_graph.png", title="Phase transitions")
     draw_graph(tree, out / "prototype_tree.png", title="Prototypical executions")
-    n_runs = sequences.count()
-    print(f"behaviour: {n_runs} runs, {len(transitions)} transitions; views {', '.join(views)}")
+    rows = {name: _rows(lake, name, w) for name, w in written.items()}
+    print(f"behaviour: {rows['sequences']} runs, {rows['transitions']} transitions; views {', '.join(views)}")
     for p in top:
         print(f"  prototype {'-'.join(map(str, p.path))}: {p.count} containers ({p.share:.1%})")
     print(f"  top {len(top)} prototypes cover {G.coverage(top):.1%} of the fleet")
-    written = {"sequences": n_runs, "transitions": len(transitions), "phase_stats": lake.count("phase_stats")}
-    return _Output(written, details={"graph": graph, "tree": tree, "prototypes": top, "transitions": transitions, "dwell": dwell})
+    return _Output(rows, {name: w.version for name, w in written.items()}, details={"graph": graph, "tree": tree, "prototypes": top, "transitions": transitions, "dwell": dwell})
 
 
 # --------------------------------------------------------------------------------------------------- policies
+
+
+# The policy inputs of the newest phases, kept for the next stage of the same process (policies, then report).
+_POLICY_INPUTS: dict[tuple, Any] = {}
+
+
+def _per_phases_version(kind: str, cfg: Config, lake: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or its value from an earlier call on the same phases commit and config.
+
+    ``policies`` and ``report`` both derive the phase statistics and transitions of the training containers
+    from the phases table (seconds of Spark jobs on the demo); in one process (``ai4dl demo``, ``ai4dl run``,
+    a notebook) the second stage takes them from here. A commit is named by its version and timestamp, so a
+    table rewritten or recreated since is recomputed. Returns a copy: callers may change what they get.
+    """
+    import copy
+
+    from delta.tables import DeltaTable
+
+    if not lake.exists("phases"):
+        return compute()  # which says the table is missing, as a stage reading it would
+    path = lake.path("phases")
+    commit = DeltaTable.forPath(lake.spark, path).history(1).select("version", "timestamp").first()
+    key = (kind, path, int(commit["version"]), str(commit["timestamp"]), cfg.digest)
+    if key not in _POLICY_INPUTS:
+        value = compute()
+        for old in [k for k in _POLICY_INPUTS if k[:2] == key[:2]]:
+            del _POLICY_INPUTS[old]
+        _POLICY_INPUTS[key] = value
+    return copy.deepcopy(_POLICY_INPUTS[key])
 
 
 def policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, Any]]:
@@ -416,6 +444,10 @@ def policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, Any]]:
     each container's own limit; ``absolute`` its quantile in cores and bytes (the gold phase_stats numbers).
     Each phase's entry also holds ``phase.headroom``'s quantile tables of the usage jumps that follow it.
     """
+    return _per_phases_version("phase_stats", cfg, lake, lambda: _policy_phase_stats(cfg, lake))
+
+
+def _policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, Any]]:
     from pyspark.sql import functions as F
 
     from ai4dl.behaviour.phase_stats import ALL_SERVICES, phase_statistics
@@ -441,8 +473,11 @@ def policy_transitions(cfg: Config, lake: Any) -> Any:
     small pandas ``src, dst, count, probability`` table."""
     from ai4dl.behaviour.sequences import run_lengths, transition_counts
 
-    phases = cfg.window.split.training(lake.read("phases"))
-    return transition_counts(run_lengths(phases, cfg.behaviour.min_run_steps)).toPandas()
+    def compute() -> Any:
+        phases = cfg.window.split.training(lake.read("phases"))
+        return transition_counts(run_lengths(phases, cfg.behaviour.min_run_steps)).toPandas()
+
+    return _per_phases_version("transitions", cfg, lake, compute)
 
 
 def _next_phase_scores(cfg: Config, lake: Any, transitions: Any) -> dict[str, float]:
@@ -481,12 +516,12 @@ def policies(cfg: Config, lake: Any) -> _Output:
     if test.limit(1).count() == 0:  # a tiny fleet may have no held-out container: replay all of it
         print("policies: no held-out containers; replaying the whole fleet")
         test = phases
-    lake.overwrite("policy_replay", replay_fleet(test, params, stats, transitions))
-    lake.overwrite("policy_frontier", replay_fleet_grid(test, params, stats, transitions))
+    written = {"policy_replay": lake.overwrite("policy_replay", replay_fleet(test, params, stats, transitions)),
+               "policy_frontier": lake.overwrite("policy_frontier", replay_fleet_grid(test, params, stats, transitions))}
     held_totals = frontier_totals(lake.read("policy_frontier"))
     train_totals = frontier_totals(replay_fleet_grid(train, params, stats, transitions))
     table = calibrate(train_totals, held_totals, ServiceLevel.from_config(cfg.policies))
-    lake.overwrite("policy_calibration", lake.spark.createDataFrame(table, _schema("policy_calibration")))
+    written["policy_calibration"] = lake.overwrite("policy_calibration", lake.spark.createDataFrame(table, _schema("policy_calibration")))
     print(format_calibration(table))
     scores = _next_phase_scores(cfg, lake, transitions)
     if scores:
@@ -494,8 +529,13 @@ def policies(cfg: Config, lake: Any) -> _Output:
               f"(precision {scores['precision']:.2f}, recall {scores['recall']:.2f}, F1 {scores['f1']:.2f})")
     summary = summarise(lake.read("policy_replay")).toPandas()
     print(format_summary(summary))
-    written = {name: lake.count(name) for name in ("policy_replay", "policy_frontier", "policy_calibration")}
-    return _Output(written, details={"summary": summary, "calibration": table, "frontier": held_totals, "next_phase": scores})
+    rows = {name: _rows(lake, name, w) for name, w in written.items()}
+    return _Output(rows, {name: w.version for name, w in written.items()}, details={"summary": summary, "calibration": table, "frontier": held_totals, "next_phase": scores})
+
+
+def _rows(lake: Any, name: str, written: Any) -> int:
+    """The rows an overwrite left in a table: its commit's own count, else (another commit came after) a count."""
+    return written.rows if written.rows is not None else lake.count(name)
 
 
 def _schema(name: str) -> Any:

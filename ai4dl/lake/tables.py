@@ -91,6 +91,21 @@ def check_writable(key: str, path: str) -> None:
         raise ConfigError(f"{key}: {path!r} cannot be written ({probe} is not a writable folder)")
 
 
+def local_frame(spark: SparkSession, rows: Iterable[tuple], schema: StructType) -> DataFrame:
+    """A DataFrame of rows held by the driver, sent to the JVM as one Arrow table.
+
+    ``createDataFrame`` on a list of tuples ships pickled rows that a Python worker unpickles inside a Spark
+    task: for the run log's one row that worker costs more than the Delta commit (an append took 0.6 s this
+    way, 0.3 s through Arrow, in a warm session). Naive datetimes are UTC, as :func:`utc_now` gives them.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    names = schema.fieldNames()
+    table = pa.Table.from_pylist([dict(zip(names, row)) for row in rows], schema=to_arrow_schema(schema))
+    return spark.createDataFrame(table, schema)
+
+
 def spec(name: str) -> TableSpec:
     if name not in TABLES:
         raise ConfigError(f"unknown table '{name}' (known: {', '.join(TABLES)})")
@@ -128,9 +143,9 @@ class Lake:
     def count(self, name: str) -> int:
         return self.read(name).count()
 
-    def overwrite(self, name: str, df: DataFrame, properties: dict[str, str] | None = None) -> None:
+    def overwrite(self, name: str, df: DataFrame, properties: dict[str, str] | None = None) -> "Written":
         s = spec(name)
-        overwrite(df, self.path(name), s.schema, s.partition_by, properties)
+        return overwrite(df, self.path(name), s.schema, s.partition_by, properties)
 
     def merge_new(self, name: str, df: DataFrame, *, target_filter: str | None = None, create: bool = True,
                   record_version: bool = True) -> "MergeOutcome":
@@ -235,14 +250,26 @@ _METADATA_OPERATIONS = {"SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "CREATE OR R
 _HISTORY_SCAN = 50
 
 
+@dataclass(frozen=True)
+class Written:
+    """What one overwrite committed, from the commit's own metrics: the table's version after it and its rows
+    (``rows`` None when another kind of commit came in between: then count the table)."""
+
+    version: int | None
+    rows: int | None
+
+
 def overwrite(
     df: DataFrame,
     path: str,
     schema: StructType,
     partition_by: Iterable[str] = (),
     properties: dict[str, str] | None = None,
-) -> None:
+) -> Written:
     """Replace a table's contents in one Delta commit: readers see the old version or the new one, never half.
+
+    Returns the version and row count of that commit, read from its history entry (Delta records
+    ``numOutputRows``), so a stage does not count again what it just wrote.
 
     Table properties (e.g. silver's scaler) must never disagree with the data a reader gets, even when the job
     is killed between two commits. Delta cannot change TBLPROPERTIES and data in one DataFrame write without
@@ -269,10 +296,26 @@ def overwrite(
         meta = {**session_commit_info(spark), USER_METADATA_PROPERTIES: props}  # the run's tag kept
         writer = writer.option("userMetadata", json.dumps(meta, sort_keys=True))
     writer.save(path)
+    written = _last_write(spark, path)
     if props:
         current = table_properties(spark, path)
         if any(current.get(k) != v for k, v in props.items()):
             set_properties(spark, path, props)
+            written = Written(version(spark, path), written.rows)
+    return written
+
+
+def _last_write(spark: SparkSession, path: str) -> Written:
+    """The newest commit's version and, when it is a whole-table overwrite (ours, or a writer's that replaced
+    ours since: either way the table's rows), the rows it wrote."""
+    from delta.tables import DeltaTable
+
+    row = (DeltaTable.forPath(spark, path).history(1)
+           .select("version", "operation", "operationParameters", "operationMetrics").first())
+    metrics, params = row["operationMetrics"] or {}, row["operationParameters"] or {}
+    whole = row["operation"] == "WRITE" and params.get("mode") == "Overwrite" and not params.get("predicate")
+    rows = metrics.get("numOutputRows") if whole else None
+    return Written(int(row["version"]), None if rows is None else int(rows))
 
 
 def _upgrade_schema(spark: SparkSession, path: str, schema: StructType, partition_by: Iterable[str],
@@ -522,7 +565,7 @@ def _ensure_run_log(lake: Lake) -> str:
 
 def _append_run_log(lake: Lake, rows: list[tuple]) -> None:
     path = _ensure_run_log(lake)
-    frame = lake.spark.createDataFrame(rows, S.RUN_LOG)
+    frame = local_frame(lake.spark, rows, S.RUN_LOG)
     for attempt in range(MERGE_RETRIES):  # appends never conflict with appends, but be safe with a concurrent create
         try:
             frame.write.format("delta").mode("append").save(path)

@@ -30,10 +30,11 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, TS
 from ai4dl.lake.schema import STREAM_OUTPUT, STREAM_STATE
-from ai4dl.lake.tables import Lake, spec
+from ai4dl.lake.tables import Lake, local_frame, spec
 from ai4dl.stream.online import Live, advance, state_from_tuple, state_to_tuple
 
 SOURCE_COLUMNS = (POD_ID, SERVICE, TS, *METRICS, BEHAVIOUR, "source_file", "ingested_at")
@@ -145,7 +146,8 @@ def refuse_file(lake: Lake, path: str, message: str) -> int:
     crash finds the row already there (insert-only MERGE on file, hash, reason)."""
     from ai4dl.traces.ingest import to_quarantine
 
-    row = lake.spark.createDataFrame([(path, message, REFUSED_FILE_REASON)], "source_file string, raw string, reasons string")
+    schema = T.StructType([T.StructField(c, T.StringType()) for c in ("source_file", "raw", "reasons")])
+    row = local_frame(lake.spark, [(path, message, REFUSED_FILE_REASON)], schema)
     return lake.merge_new("quarantine", to_quarantine(row)).inserted
 
 
@@ -191,8 +193,6 @@ def live_rows(source: DataFrame, live: Live, state_ttl_hours: float | None = Non
 def _output_frame(out: pd.DataFrame) -> pd.DataFrame:
     """``advance``'s rows in ``STREAM_OUTPUT``'s columns and types: the row kinds leave each other's columns
     empty, which pandas fills with NaN whatever the column's type (a timestamp, a list); Arrow wants nulls."""
-    from pyspark.sql import types as T
-
     frame = out.reindex(columns=OUTPUT_NAMES)
     for f in STREAM_OUTPUT.fields:
         col = frame[f.name]

@@ -312,6 +312,7 @@ def ingest_prometheus(lake: Lake, ingest_settings: IngestConfig, settings: Prome
     exactly like an export (a rerun over the same range inserts nothing)."""
     from pyspark.sql import types as T
 
+    from ai4dl.lake.tables import local_frame
     from ai4dl.traces.ingest import ingest_source
 
     url = url or settings.url
@@ -325,7 +326,7 @@ def ingest_prometheus(lake: Lake, ingest_settings: IngestConfig, settings: Prome
     where = f"{client.url} [{_timestamp(start)}, {_timestamp(end)}] step {settings.step}"
     schema = T.StructType([T.StructField(c, T.StringType(), True) for c in (*COLUMNS, "source_file")])
     spark = lake.spark
-    df = spark.createDataFrame([(*(r[c] for c in COLUMNS), where) for r in rows], schema)
+    df = local_frame(spark, [(*(r[c] for c in COLUMNS), where) for r in rows], schema)
     return ingest_source(lake, ingest_settings, df, where)
 
 
