@@ -385,9 +385,31 @@ def validate(
     """
     mapping = mapping if mapping is not None else column_mapping()
     present = check_columns(df.columns, mapping, where, delimiter)
-    source_cols = [c for c in df.columns if c not in ("source_file", CORRUPT_COLUMN)]
+    out = df.select(*_validation_columns(df.sparkSession, tuple(df.columns), tuple(present.items()), float(max_usage_factor)))
+    out = out.withColumn("reasons", F.when(F.col("reasons") == "", None).otherwise(F.col("reasons")))
+    # raw and raw_hash are only computed where a query uses them (the quarantine); row_hash is the cheap,
+    # order-independent content hash that picks the surviving row among duplicates.
+    return out.withColumn("raw_hash", F.sha2(F.col("raw"), 256))
+
+
+def _validation_columns(spark: SparkSession, columns: tuple[str, ...], present: tuple[tuple[str, str], ...],
+                        max_usage_factor: float) -> list[Column]:
+    """The expressions of :func:`validate` for an input of these columns, built once per session and shape.
+
+    They are a few hundred py4j calls (0.5-1 s of an ingest of a small file, more than its Spark jobs); the
+    expressions name columns only, so the same ones apply to every input of the same columns. Kept on the
+    SparkContext: a new session builds its own."""
+    cache = spark.sparkContext.__dict__.setdefault("_ai4dl_validation_columns", {})
+    key = (columns, present, max_usage_factor)
+    if key not in cache:
+        cache[key] = _build_validation_columns(columns, dict(present), max_usage_factor)
+    return cache[key]
+
+
+def _build_validation_columns(columns: tuple[str, ...], present: dict[str, str], max_usage_factor: float) -> list[Column]:
+    source_cols = [c for c in columns if c not in ("source_file", CORRUPT_COLUMN)]
     fields = F.to_json(F.struct(*[F.col(f"`{c}`") for c in source_cols]), {"ignoreNullFields": "false"})
-    corrupt = F.col(CORRUPT_COLUMN) if CORRUPT_COLUMN in df.columns else F.lit(None).cast("string")
+    corrupt = F.col(CORRUPT_COLUMN) if CORRUPT_COLUMN in columns else F.lit(None).cast("string")
     # A malformed row keeps its whole line: its fields were cut or padded to the header's width.
     raw = F.when(corrupt.isNotNull(), F.to_json(F.struct(corrupt.alias("line")))).otherwise(fields)
     src = {dst: F.col(f"`{s}`") for s, dst in present.items()}
@@ -424,21 +446,17 @@ def validate(
         else F.lit("unknown")
     )
     behaviour = src[BEHAVIOUR].cast("string") if BEHAVIOUR in src else F.lit(None).cast("string")
-    out = df.select(
+    return [
         pod.alias(POD_ID),
         service.alias(SERVICE),
         ts.alias(TS),
         *[typed[m].alias(m) for m in METRICS],
         behaviour.alias(BEHAVIOUR),
-        F.col("source_file") if "source_file" in df.columns else F.lit(None).cast("string").alias("source_file"),
+        F.col("source_file") if "source_file" in columns else F.lit(None).cast("string").alias("source_file"),
         raw.alias("raw"),
         reasons.alias("reasons"),
         F.xxhash64(*[F.col(f"`{c}`") for c in source_cols]).alias("row_hash"),
-    )
-    out = out.withColumn("reasons", F.when(F.col("reasons") == "", None).otherwise(F.col("reasons")))
-    # raw and raw_hash are only computed where a query uses them (the quarantine); row_hash is the cheap,
-    # order-independent content hash that picks the surviving row among duplicates.
-    return out.withColumn("raw_hash", F.sha2(F.col("raw"), 256))
+    ]
 
 
 def rank_duplicates(validated: DataFrame) -> DataFrame:
