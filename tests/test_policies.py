@@ -773,3 +773,31 @@ def test_calibration_chooses_knobs_on_training_containers_only(spark, cfg):
     assert chosen["reached"] and chosen["knob"] >= 1.0  # flat held-out memory would have taken k = 0
     assert chosen["containers"] == len(held_ids) and chosen["fulfilment"] == 1.0  # scored held out
     assert set(lake.read("policy_frontier").select("pod_id").distinct().toPandas()["pod_id"]) == set(held_ids)
+
+
+def test_policy_inputs_are_computed_once_per_phases_commit(spark, cfg, monkeypatch):
+    """policies and report ask for the same training statistics: the second asks the first's answer, a copy,
+    until the phases table gets a new commit."""
+    from pyspark.sql import functions as F
+
+    from ai4dl import stages
+    from ai4dl.lake.tables import Lake
+
+    ids = spark.createDataFrame([(f"pod-{i}",) for i in range(40)], "pod_id string")
+    pod = cfg.window.split.training(ids).first()[0]
+    lake = Lake.for_config(spark, cfg)
+
+    def write_phases(first_phase):
+        pdf = _container(pod, "svc", np.full(40, 1.0), 4.0, np.full(40, 50.0), 1000.0, [first_phase] * 20 + [1] * 20)
+        lake.overwrite("phases", _spark_df(spark, [pdf]).withColumn("model_id", F.lit("m")))
+
+    calls = []
+    real = stages._policy_phase_stats
+    monkeypatch.setattr(stages, "_policy_phase_stats", lambda c, lk: calls.append(1) or real(c, lk))
+    write_phases(0)
+    first = stages.policy_phase_stats(cfg, lake)
+    first[0]["changed by a caller"] = True
+    again = stages.policy_phase_stats(cfg, lake)
+    assert len(calls) == 1 and set(again) == {0, 1} and "changed by a caller" not in again[0]
+    write_phases(2)
+    assert set(stages.policy_phase_stats(cfg, lake)) == {1, 2} and len(calls) == 2

@@ -179,9 +179,11 @@ def test_overwrite_keeps_properties_with_their_data(spark, tmp_path, monkeypatch
     def operations():
         return [r["operation"] for r in DeltaTable.forPath(spark, path).history().orderBy("version").collect()]
 
-    lk.overwrite(df, path, schema, properties={"p": "1"})
-    lk.overwrite(df, path, schema, properties={"p": "1"})  # unchanged: no ALTER, one commit per run
+    assert lk.overwrite(df, path, schema, properties={"p": "1"}) == lk.Written(version=1, rows=3)
+    # unchanged: no ALTER, one commit per run; the version and rows are that commit's own
+    assert lk.overwrite(df.limit(2), path, schema, properties={"p": "1"}) == lk.Written(version=2, rows=2)
     assert operations() == ["CREATE TABLE", "WRITE", "WRITE"]
+    assert lk.overwrite(df, path, schema, properties={"q": "new"}) == lk.Written(version=4, rows=3)  # after its ALTER
     assert lk.table_properties(spark, path)["p"] == "1" and lk.properties(spark, path)["p"] == "1"
     assert spark.read.format("delta").load(path).schema == schema  # NOT NULL kept
 
