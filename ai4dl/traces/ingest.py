@@ -396,7 +396,7 @@ def _validation_columns(spark: SparkSession, columns: tuple[str, ...], present: 
                         max_usage_factor: float) -> list[Column]:
     """The expressions of :func:`validate` for an input of these columns, built once per session and shape.
 
-    They are a few hundred py4j calls (0.5-1 s of an ingest of a small file, more than its Spark jobs); the
+    Building them is some 2,300 py4j calls (0.5-1 s of an ingest of a small file, more than its Spark jobs); the
     expressions name columns only, so the same ones apply to every input of the same columns. Kept on the
     SparkContext: a new session builds its own."""
     cache = spark.sparkContext.__dict__.setdefault("_ai4dl_validation_columns", {})
