@@ -494,6 +494,31 @@ def test_step_durations_around_missing_timestamps():
 # --------------------------------------------------------------------------------------------- calibration
 
 
+def test_every_knob_row_of_the_grid_is_a_replay_at_that_knob():
+    """The grid shares work between knob values (VPA samples converted once, CPU fed once, the phase before each
+    interval found once): each of its rows must still be what a replay at that one value gives, OOMs included."""
+    rng = np.random.default_rng(7)
+    n = 157
+    mem = np.cumsum(rng.normal(2e7, 6e7, n)) + 1e9  # bytes: above VPA's 250 MiB minimum
+    mem[rng.random(n) < 0.05] = np.nan
+    cpu = rng.gamma(2.0, 1.5, n)
+    cpu[rng.random(n) < 0.05] = np.nan
+    phases = [None if rng.random() < 0.1 else int(p) for p in np.repeat(rng.integers(0, 3, n // 9 + 1), 9)[:n]]
+    pdf = _container("a", "svc", list(cpu), 10.0, list(mem), 8e9, phases)
+    stats = {0: {"cpu_fraction": 0.4, "mem_fraction": 0.5}, 1: {"cpu": 6.0, "mem": 2.6e9},
+             2: {"cpu_fraction": 0.8, "mem_fraction": 0.9, "cpu_headroom": list(np.linspace(-0.1, 0.4, 201)),
+                 "mem_headroom": list(np.linspace(-0.05, 0.2, 201))}}
+    transitions = {(0, 1): 0.5, (1, 2): 0.7, (2, 0): 0.1, (0, 2): 0.3}
+    grid = replay_container_grid(pdf, P4, stats, transitions)
+    assert grid[(grid.policy == "vpa") & (grid.resource == "mem")].oom_kills.nunique() > 1  # the memory loop differs between percentiles
+    for policy, (name, values) in KNOBS.items():
+        for value in values:
+            alone = replay_container(pdf, dataclasses.replace(P4, **{name: value}), stats, transitions)
+            alone = alone[alone.policy == policy].set_index(["policy", "resource"])
+            row = grid[(grid.policy == policy) & (grid.knob == value)].set_index(["policy", "resource"]).loc[alone.index]
+            pd.testing.assert_frame_equal(row.drop(columns="knob"), alone, check_exact=True, obj=f"{policy} {name}={value}")
+
+
 def test_knob_grid_rows_and_default_knob_rows():
     pdf = _container("a", "svc", list(USAGE8), 10.0, [100.0] * 8, 200.0, [None, 0, 0, 1, 1, 1, 0, 0])
     stats = {0: {"cpu": 3.0, "mem": 150.0}, 1: {"cpu": 6.0, "mem": 60.0}}

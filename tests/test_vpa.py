@@ -71,6 +71,29 @@ def test_bucket_upper_edge_margin_and_minimum():
     assert (rec.cpu_target, rec.mem_target) == (0.025, 262144000.0)  # the pod minimum, not minimum + margin
 
 
+def test_samples_fed_in_vpa_units_give_the_same_targets():
+    """A replay converts each sample to VPA's clock and units once and feeds runs of memory samples in one call
+    (most change nothing but the last sample time): the same recommendations as feeding them one by one."""
+    rng = np.random.default_rng(3)
+    t = 1_700_000_000 + np.cumsum(rng.integers(5, 40, 400)).astype(float)
+    mem = np.abs(np.cumsum(rng.normal(1e6, 2e7, 400))) + 3e8
+    cpu = rng.gamma(2.0, 0.3, 400)
+    one, runs = VpaRecommender(), VpaRecommender()
+    at = [VpaRecommender.time_ns(x) for x in t]
+    amounts = [VpaRecommender.memory_amount(m) for m in mem]
+    for start in range(0, 400, 25):
+        for k in range(start, start + 25):
+            one.add_sample(t[k], cpu[k], mem[k])
+            runs.add_cpu_at(at[k], VpaRecommender.cpu_amount(cpu[k]))
+        if start == 200:  # an OOM kill in between
+            one.record_oom(t[start + 24], 2e8)
+        runs.add_memory_run(at, amounts, start, start + 25)
+        if start == 200:
+            runs.record_oom_at(at[start + 24], 2e8)
+        assert one.recommend() == runs.recommend()
+        assert (one.target("mem", 0.5), one.target("cpu", 0.7)) == (runs.target("mem", 0.5), runs.target("cpu", 0.7))
+
+
 def test_bad_params_are_input_errors():
     with pytest.raises(InputError, match="unknown VPA flag"):
         params_from_flags(["-nope", "1"])

@@ -254,11 +254,12 @@ def _phase_codes(phases: Any) -> np.ndarray:
 
 def _phase_before(phases: np.ndarray, length: int) -> np.ndarray:
     """For each interval, the last non-null phase of a step before its start (NaN if none)."""
-    n = len(phases)
-    n_int = -(-n // length)
-    last = pd.Series(_phase_codes(phases)).ffill().to_numpy()  # last non-null phase up to and including each step
+    codes = _phase_codes(phases)
+    n_int = -(-len(codes) // length)
+    ends = np.arange(1, n_int) * length - 1  # the last step before each interval but the first
+    seen = np.maximum.accumulate(np.where(np.isnan(codes), -1, np.arange(len(codes))))[ends]  # last labelled step
     out = np.full(n_int, np.nan)
-    out[1:] = last[np.arange(1, n_int) * length - 1]
+    out[1:] = np.where(seen >= 0, codes[np.maximum(seen, 0)], np.nan)
     return out
 
 
@@ -307,15 +308,20 @@ def finite_value(value: Any) -> float:
     return v if math.isfinite(v) else math.nan
 
 
-def _phase_value(stats: Mapping[int, Mapping], phase: int, resource: str, limit: float) -> float:
-    """A phase's statistic for ``resource``: its share of the container's ``limit`` or its absolute value;
-    NaN when the phase has none (the caller falls back to the limit)."""
+def _phase_values(stats: Mapping[int, Mapping], phase: int, resource: str, limits: np.ndarray) -> np.ndarray:
+    """A phase's statistic for ``resource`` at each of ``limits``: its share of the container's limit or its
+    absolute value; NaN where the phase has none (the caller falls back to the limit)."""
     entry = stats.get(phase)
     if not isinstance(entry, Mapping):
-        return math.nan
+        return np.full(len(limits), math.nan)
     if f"{resource}_fraction" in entry:  # a share of this container's limit
-        return finite_value(entry[f"{resource}_fraction"]) * limit
-    return finite_value(entry.get(resource))
+        return finite_value(entry[f"{resource}_fraction"]) * limits
+    return np.full(len(limits), finite_value(entry.get(resource)))
+
+
+def _interval_starts(n: int, length: int) -> np.ndarray:
+    """Each interval's first step (the last step for a trace shorter than one interval is the same)."""
+    return np.minimum(np.arange(-(-n // length)) * length, max(n - 1, 0))
 
 
 def _phase_decisions(
@@ -323,21 +329,21 @@ def _phase_decisions(
     resource: str, successors: Mapping[int, Mapping[int, float]] | None,
 ) -> np.ndarray:
     """``phase.rule`` (``successors`` None) or ``phase.proactive``: per interval, the max statistic of the current
-    phase and of its successors with probability >= ``proactive_threshold``, times ``1 + margin``."""
-    n = len(phases)
+    phase and of its successors with probability >= ``proactive_threshold``, times ``1 + margin``; NaN when any
+    of them has no statistic. One numpy pass per phase seen, not per interval: a replay asks for every margin."""
     current = _phase_before(phases, length)
+    limits = lim[_interval_starts(len(phases), length)]
     decision = np.full(len(current), np.nan)
     threshold = float(params.proactive_threshold)
-    for i, p in enumerate(current):
-        if np.isnan(p):
-            continue
+    for p in np.unique(current[~np.isnan(current)]):
+        at = current == p
         wanted = [int(p)]
         if successors is not None:
             wanted += sorted(q for q, prob in successors.get(int(p), {}).items() if prob >= threshold)
-        limit = lim[min(i * length, n - 1)]
-        values = [_phase_value(stats, q, resource, limit) for q in wanted]
-        if not any(math.isnan(v) for v in values):
-            decision[i] = max(values) * (1.0 + float(params.margin))
+        best = _phase_values(stats, wanted[0], resource, limits[at])
+        for q in wanted[1:]:
+            best = np.maximum(best, _phase_values(stats, q, resource, limits[at]))  # NaN if any is NaN
+        decision[at] = best * (1.0 + float(params.margin))
     return decision
 
 
@@ -360,19 +366,14 @@ def _headroom_decisions(
 ) -> np.ndarray:
     """``phase.headroom``: per interval, the previous interval's max plus the current phase's learned headroom
     times the limit at the interval's start."""
-    n = len(usage)
     current = _phase_before(phases, length)
     prev_max = np.concatenate([[np.nan], _interval_stat(usage, length, "max", 0.0)[:-1]])
+    limits = lim[_interval_starts(len(usage), length)]
     decision = np.full(len(current), np.nan)
     q = float(params.headroom_quantile)
-    headroom: dict[int, float] = {}  # per phase, read from its table once
-    for i, p in enumerate(current):
-        if np.isnan(p) or np.isnan(prev_max[i]):
-            continue
-        h = headroom.get(int(p))
-        if h is None:
-            h = headroom[int(p)] = _headroom(stats, int(p), resource, q)
-        decision[i] = prev_max[i] + h * lim[min(i * length, n - 1)]
+    for p in np.unique(current[~np.isnan(current)]):  # each phase's table read once
+        at = (current == p) & ~np.isnan(prev_max)
+        decision[at] = prev_max[at] + _headroom(stats, int(p), resource, q) * limits[at]
     return decision
 
 
@@ -430,51 +431,61 @@ def _vpa_decisions(
     percentiles: Sequence[float] | None = None,
 ) -> np.ndarray:
     """Per interval, the real VPA recommender's target for ``resource`` given the samples before the interval
-    (NaN before its first sample), with the memory closed loop of the module docstring. One recommender, each
-    sample fed once; Python lists, not numpy scalars, in the per-sample loop.
+    (NaN before its first sample), with the memory closed loop of the module docstring.
 
-    ``percentiles`` (CPU only): the targets at each of these percentiles instead of ``params.vpa_percentile``,
-    shape (len(percentiles), intervals), from the same one pass: CPU samples do not depend on what was
-    allocated, so a knob grid need not feed the recommender once per value. Memory's OOM samples do."""
+    ``percentiles``: the targets at each of these percentiles instead of ``params.vpa_percentile``, shape
+    (len(percentiles), intervals). The samples are converted to VPA's clock and units once for all of them; CPU
+    samples do not depend on what was allocated, so one recommender answers every CPU percentile, while memory's
+    OOM samples do, so memory feeds one recommender per percentile. Python lists, not numpy scalars, in the
+    per-sample loops."""
     n = len(usage)
     n_int = -(-n // length)
     timed = ts_seconds is not None
     is_mem = resource == "mem"
-    if percentiles is not None and is_mem:
-        raise InputError("VPA memory targets depend on the percentile through OOM samples: one percentile per pass")
-    rec = VpaRecommender(params.vpa(timed))
     asked = [None] if percentiles is None else [float(q) for q in percentiles]
     decisions = np.full((len(asked), n_int), np.nan)
-    decision = decisions[0]
+    # The samples VPA gets, in step order: unknown or negative usage and (timed) unknown times are no sample.
     values = usage.tolist()
     times = ts_seconds.tolist() if timed else None
+    step_seconds = float(params.vpa_step_seconds)
+    kept = [k for k, v in enumerate(values) if v == v and v >= 0 and (not timed or times[k] == times[k])]
+    at = [VpaRecommender.time_ns(times[k]) if timed else VpaRecommender.time_ns(step=k, step_seconds=step_seconds)
+          for k in kept]
+    amount = [(VpaRecommender.memory_amount if is_mem else VpaRecommender.cpu_amount)(values[k]) for k in kept]
+    bounds = np.searchsorted(np.asarray(kept, dtype=np.int64), np.arange(n_int + 1) * length).tolist()
+    limits = lim.tolist()
+    vpa_params = params.vpa(timed)
+
+    def feed(rec: VpaRecommender, i: int, decision: float) -> None:
+        if not is_mem:
+            for j in range(bounds[i], bounds[i + 1]):
+                rec.add_cpu_at(at[j], amount[j])
+            return
+        start, end = bounds[i], bounds[i + 1]
+        for j in range(start, end):  # the interval's first sample above the allocation in force is an OOM kill
+            k = kept[j]
+            in_force = limits[k] if decision != decision else (decision if limits[k] != limits[k] else min(decision, limits[k]))
+            in_force = max(in_force, 0.0) if in_force == in_force else in_force  # the allocation _cap gives
+            if values[k] > in_force:
+                rec.add_memory_run(at, amount, start, j)
+                rec.record_oom_at(at[j], in_force)
+                start = j
+                break
+        rec.add_memory_run(at, amount, start, end)
+
+    recommenders = [VpaRecommender(vpa_params)] if not is_mem else [VpaRecommender(vpa_params) for _ in asked]
     for i in range(n_int):
-        start, end = i * length, min((i + 1) * length, n)
         if i > 0:
             for j, q in enumerate(asked):
-                target = rec.target(resource, q)
+                target = recommenders[j if is_mem else 0].target(resource, q)
                 if target is not None:
                     decisions[j, i] = target
-        in_force = _cap(np.full(end - start, decision[i]), lim[start:end]).tolist() if is_mem else None
-        oom_reported = False
-        for k in range(start, end):
-            v = values[k]
-            if v != v:  # unknown usage: no sample
-                continue
-            if timed and times[k] != times[k]:  # no timestamp: the sample cannot be placed in VPA's time
-                continue
-            if is_mem and not oom_reported and v > in_force[k - start]:
-                if timed:
-                    rec.record_oom(times[k], in_force[k - start])
-                else:
-                    rec.record_oom_at_step(k, in_force[k - start])
-                oom_reported = True
-            sample = {"mem_bytes": v} if is_mem else {"cpu_cores": v}
-            if timed:
-                rec.add_sample(times[k], **sample)
-            else:
-                rec.add_sample_at_step(k, **sample)
-    return decision if percentiles is None else decisions
+        if is_mem:
+            for j, rec in enumerate(recommenders):
+                feed(rec, i, decisions[j, i])
+        else:
+            feed(recommenders[0], i, math.nan)
+    return decisions[0] if percentiles is None else decisions
 
 
 def allocate(
@@ -722,16 +733,17 @@ def replay_container_grid(
             rows += [{**r, "knob": math.nan} for r in _replay_rows(trace, policy, params, phase_stats, transitions)]
             continue
         name = KNOBS[policy][0]
-        shared = None
-        if policy == "vpa":  # CPU targets for every percentile from one pass of the recommender
-            u = trace.usage["cpu"]
-            if len(u):
-                ts = None if trace.ts_seconds is None else _per_step("ts_seconds", trace.ts_seconds, len(u))
-                shared = _vpa_decisions(u, _as_limit(trace.limit["cpu"], len(u)), int(params.interval_steps), params,
-                                        "cpu", ts, grids[policy])
+        shared = {}
+        if policy == "vpa":  # every percentile's targets from one conversion of the samples (CPU: one recommender)
+            for resource in RESOURCES:
+                u = trace.usage[resource]
+                if len(u):
+                    ts = None if trace.ts_seconds is None else _per_step("ts_seconds", trace.ts_seconds, len(u))
+                    shared[resource] = _vpa_decisions(u, _as_limit(trace.limit[resource], len(u)),
+                                                      int(params.interval_steps), params, resource, ts, grids[policy])
         for j, value in enumerate(grids[policy]):
             tuned = dataclasses.replace(params, **{name: value})
-            decided = None if shared is None else {"cpu": shared[j]}
+            decided = {resource: targets[j] for resource, targets in shared.items()} or None
             rows += [{**r, "knob": value} for r in _replay_rows(trace, policy, tuned, phase_stats, transitions, decided)]
     return _frame(rows, POLICY_FRONTIER_FIELDS)
 

@@ -645,6 +645,49 @@ class VpaRecommender:
         """:meth:`record_oom` at the time of sample number k (step-indexed time)."""
         self._record_oom(_step_to_ns(int(k), self.params.step_seconds), mem_bytes_request)
 
+    # ---- feeding in VPA's own clock: a replay converts each sample once for several recommenders ----
+    @staticmethod
+    def time_ns(t_seconds: float | None = None, step: int | None = None, step_seconds: float = 0.0) -> int:
+        """A sample's time as VPA sees it (ns since Go's zero time): Unix seconds as the harness converts them,
+        or sample number ``step`` at ``step * step_seconds``."""
+        if t_seconds is not None:
+            return _unix_seconds_to_ns(float(t_seconds))
+        return _step_to_ns(int(step), float(step_seconds))
+
+    @staticmethod
+    def cpu_amount(cores: float) -> int:
+        """A CPU sample as VPA stores it: whole millicores, truncated."""
+        return _resource_amount(float(cores) * 1000.0)
+
+    @staticmethod
+    def memory_amount(mem_bytes: float) -> int:
+        """A memory sample as VPA stores it: whole bytes, truncated."""
+        return _resource_amount(float(mem_bytes))
+
+    def add_cpu_at(self, t_ns: int, millicores: int) -> bool:
+        """:meth:`add_sample` of a CPU sample already in VPA's units (:meth:`time_ns`, :meth:`cpu_amount`)."""
+        return self._add_cpu_millicores(t_ns, millicores)
+
+    def add_memory_at(self, t_ns: int, mem_bytes: int) -> bool:
+        """:meth:`add_sample` of a memory sample already in VPA's units (:meth:`time_ns`, :meth:`memory_amount`)."""
+        return self._add_memory(t_ns, mem_bytes, False)
+
+    def add_memory_run(self, times_ns: Sequence[int], amounts: Sequence[int], start: int, end: int) -> None:
+        """:meth:`add_memory_at` of samples ``start .. end - 1`` of these lists, in order. Most samples of a
+        memory window are below its peak and change nothing but the last sample time: those take a short path."""
+        for j in range(start, end):
+            t, usage = times_ns[j], amounts[j]
+            if self._last_mem_ns <= t < self._window_end_ns:
+                peak = max(self._memory_peak, self._oom_peak)
+                if usage <= peak or peak == 0:  # not a new peak of the current window
+                    self._last_mem_ns = t
+                    continue
+            self._add_memory(t, usage, False)
+
+    def record_oom_at(self, t_ns: int, mem_bytes_request: float) -> None:
+        """:meth:`record_oom` at a time already in VPA's clock (:meth:`time_ns`)."""
+        self._record_oom(t_ns, mem_bytes_request)
+
     def _add_at(self, t_ns: int, cpu_cores: Any, mem_bytes: Any) -> tuple[bool, bool]:
         c, m = _usable(cpu_cores), _usable(mem_bytes)
         ok_c = self._add_cpu(t_ns, c) if c is not None else False
@@ -652,7 +695,9 @@ class VpaRecommender:
         return ok_c, ok_m
 
     def _add_cpu(self, t_ns: int, cores: float) -> bool:
-        usage = _resource_amount(cores * 1000.0)  # whole millicores, truncated
+        return self._add_cpu_millicores(t_ns, _resource_amount(cores * 1000.0))  # whole millicores, truncated
+
+    def _add_cpu_millicores(self, t_ns: int, usage: int) -> bool:
         if not t_ns > self._last_cpu_ns:
             return False  # duplicate or out-of-order
         self._cpu.add_sample(float(usage) / 1000.0, _MIN_SAMPLE_WEIGHT, t_ns)
