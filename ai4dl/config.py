@@ -258,6 +258,9 @@ class PoliciesConfig:
     target_fulfilment_mem: float | None = _key(None, lo=0, hi=1)
     # Memory held to an OOM budget instead: at most this many OOM kills per 100 containers.
     oom_budget_per_100: float | None = _key(None, lo=0)
+    # The knob grid is replayed on at most this many training containers (a fixed, hash-chosen subset of them;
+    # None: all), so calibration costs the same on any fleet size; the held-out ones are always all replayed.
+    calibration_containers: int | None = _key(1000, lo=1)
     vpa_percentile: float = _key(0.9, lo=0, hi=1)  # vpa's knob: target percentile of CPU and memory
     vpa_margin: float = _key(0.15, lo=0)  # VPA's own safety margin
     vpa_cpu_half_life_s: float = _key(1200.0, lo=0, lo_open=True)

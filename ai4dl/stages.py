@@ -495,6 +495,20 @@ def _next_phase_scores(cfg: Config, lake: Any, transitions: Any) -> dict[str, fl
     return {**counts, **f1_scores(**counts)}
 
 
+def calibration_containers(cfg: Config, train: Any) -> tuple[Any, int | None]:
+    """The training containers the knob grid is replayed on: all of them, or, on a fleet with more than
+    ``policies.calibration_containers``, a fixed hash-chosen subset of about that many (then also how many
+    training containers there are). A knob is one number per policy chosen from fleet totals: a thousand
+    containers settle it, and calibration then costs the same at 10 million rows as at one."""
+    cap = cfg.policies.calibration_containers
+    if cap is None:
+        return train, None
+    n = train.select("pod_id").distinct().count()
+    if n <= cap:
+        return train, None
+    return cfg.window.split.training_sample(train, cap / n), n
+
+
 @stage("policies")
 def policies(cfg: Config, lake: Any) -> _Output:
     """Replay the held-out containers under every policy, and compare them at one service level.
@@ -504,7 +518,7 @@ def policies(cfg: Config, lake: Any) -> _Output:
     containers for ``policies.target_fulfilment``, scored held out); prints the calibrated table first.
     """
     from ai4dl.policies.calibration import calibrate, format_calibration
-    from ai4dl.policies.fleet import frontier_totals, replay_fleet, replay_fleet_grid, summarise
+    from ai4dl.policies.fleet import frontier_totals, replay_at_params, replay_fleet, replay_fleet_grid, summarise
     from ai4dl.policies.replay import PolicyParams, ServiceLevel, format_summary
 
     params = PolicyParams.from_config(cfg.policies)
@@ -516,11 +530,18 @@ def policies(cfg: Config, lake: Any) -> _Output:
     if test.limit(1).count() == 0:  # a tiny fleet may have no held-out container: replay all of it
         print("policies: no held-out containers; replaying the whole fleet")
         test = phases
-    written = {"policy_replay": lake.overwrite("policy_replay", replay_fleet(test, params, stats, transitions)),
-               "policy_frontier": lake.overwrite("policy_frontier", replay_fleet_grid(test, params, stats, transitions))}
+    frontier = lake.overwrite("policy_frontier", replay_fleet_grid(test, params, stats, transitions))
+    at_params = replay_at_params(lake.read("policy_frontier"), params)  # the frontier holds every policy at params
+    written = {"policy_replay": lake.overwrite(
+        "policy_replay", at_params if at_params is not None else replay_fleet(test, params, stats, transitions)),
+        "policy_frontier": frontier}
     held_totals = frontier_totals(lake.read("policy_frontier"))
-    train_totals = frontier_totals(replay_fleet_grid(train, params, stats, transitions))
+    calibrating, training_containers = calibration_containers(cfg, train)
+    train_totals = frontier_totals(replay_fleet_grid(calibrating, params, stats, transitions))
     table = calibrate(train_totals, held_totals, ServiceLevel.from_config(cfg.policies))
+    if training_containers is not None:
+        print(f"policies: knobs chosen on {int(train_totals['containers'].max())} of {training_containers} training "
+              f"containers (policies.calibration_containers={cfg.policies.calibration_containers})")
     written["policy_calibration"] = lake.overwrite("policy_calibration", lake.spark.createDataFrame(table, _schema("policy_calibration")))
     print(format_calibration(table))
     scores = _next_phase_scores(cfg, lake, transitions)

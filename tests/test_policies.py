@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ai4dl.errors import InputError
+from ai4dl.errors import ConfigError, InputError
 from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
 from ai4dl.policies.calibration import calibrate, format_calibration
 from ai4dl.policies.fleet import replay_fleet, summarise
@@ -798,6 +798,26 @@ def test_calibration_chooses_knobs_on_training_containers_only(spark, cfg):
     assert chosen["reached"] and chosen["knob"] >= 1.0  # flat held-out memory would have taken k = 0
     assert chosen["containers"] == len(held_ids) and chosen["fulfilment"] == 1.0  # scored held out
     assert set(lake.read("policy_frontier").select("pod_id").distinct().toPandas()["pod_id"]) == set(held_ids)
+
+
+def test_calibration_replays_a_fixed_subset_of_training_containers_on_a_large_fleet(spark, cfg):
+    """Above policies.calibration_containers training containers, the knob grid is replayed on a hash-chosen
+    subset of about that many: training ones only, the same on every run, all of them on a small fleet."""
+    from ai4dl import stages
+
+    ids = spark.createDataFrame([(f"pod-{i}",) for i in range(1000)], "pod_id string")
+    train = cfg.window.split.training(ids)
+    everyone = {r[0] for r in train.collect()}
+    assert stages.calibration_containers(cfg, train) == (train, None)  # default 1000: more than the 80 % of 1000
+    capped = cfg.replace(policies={"calibration_containers": 400})
+    subset, n = stages.calibration_containers(capped, train)
+    chosen = {r[0] for r in subset.collect()}
+    assert n == len(everyone) and chosen < everyone and 300 <= len(chosen) <= 500
+    assert {r[0] for r in stages.calibration_containers(capped, train)[0].collect()} == chosen
+    smaller = {r[0] for r in cfg.window.split.training_sample(train, 0.1).collect()}
+    assert smaller < chosen  # a smaller share is a subset of a larger one
+    with pytest.raises(ConfigError):
+        cfg.replace(policies={"calibration_containers": 0})
 
 
 def test_policy_inputs_are_computed_once_per_phases_commit(spark, cfg, monkeypatch):

@@ -43,6 +43,17 @@ class ContainerSplit:
 
         return df.where(self.is_training(F.col(pod_column)))
 
+    def training_sample(self, df: "DataFrame", share: float, pod_column: str = "pod_id") -> "DataFrame":
+        """The training containers whose hash falls in the first ``share`` of the training range: about that
+        share of them, the same ones on every run, and a smaller share gives a subset of a larger one's."""
+        from pyspark.sql import functions as F
+
+        if not 0.0 < float(share) <= 1.0:
+            raise ConfigError(f"training_sample: share {share!r} is not in (0, 1]")
+        bucket = F.pmod(F.xxhash64(F.col(pod_column), F.lit(int(self.seed))), F.lit(_BUCKETS))
+        cut = max(1, int(round(float(share) * float(self.train_fraction) * _BUCKETS)))
+        return df.where(bucket < F.lit(cut))
+
     def held_out(self, df: "DataFrame", pod_column: str = "pod_id") -> "DataFrame":
         from pyspark.sql import functions as F
 

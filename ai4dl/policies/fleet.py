@@ -15,10 +15,13 @@ from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
 from ai4dl.policies.replay import (
     HEADROOM_LEVELS,
     INPUT_COLUMNS,
+    KNOBS,
     POLICIES,
+    REPLAY_COLUMNS,
     PolicyParams,
     container_jumps,
     finite_value,
+    knob_grids,
     normalise_stats,
     normalise_transitions,
     replay_container,
@@ -78,6 +81,28 @@ def replay_fleet_grid(
         return replay_container_grid(pdf, params, stats, flat, grid, chosen)
 
     return _by_container(phases_df).groupBy("pod_id").applyInPandas(replay, POLICY_FRONTIER)
+
+
+def replay_at_params(
+    frontier_df: DataFrame, params: PolicyParams | None = None, knobs: Mapping[str, Sequence[float]] | None = None
+) -> DataFrame | None:
+    """The ``POLICY_REPLAY`` rows of ``params`` read from a frontier that :func:`replay_fleet_grid` replayed with
+    the same ``params`` (and grid ``knobs``): each policy's row at its own knob value is a replay at ``params``
+    (the grid changes one knob at a time), so the fleet need not be replayed again. None when a policy's
+    configured value is not in its grid: replay it with :func:`replay_fleet` then."""
+    params = params or PolicyParams()
+    grids = knob_grids(knobs)
+    wanted = None
+    for policy in POLICIES:
+        if policy in KNOBS:
+            value = float(getattr(params, KNOBS[policy][0]))
+            if value not in grids[policy]:
+                return None
+            row = (F.col("policy") == policy) & (F.col("knob") == value)
+        else:
+            row = (F.col("policy") == policy) & F.col("knob").isNull()
+        wanted = row if wanted is None else wanted | row
+    return frontier_df.where(wanted).select(*REPLAY_COLUMNS)
 
 
 def frontier_totals(frontier_df: DataFrame) -> pd.DataFrame:

@@ -692,7 +692,8 @@ def replay_container(
     return _frame(rows, POLICY_REPLAY_FIELDS)
 
 
-def _grids(knobs: Mapping[str, Sequence[float]] | None) -> dict[str, tuple[float, ...]]:
+def knob_grids(knobs: Mapping[str, Sequence[float]] | None = None) -> dict[str, tuple[float, ...]]:
+    """Each policy of :data:`KNOBS` with its grid: the default one, or the values ``knobs`` gives for it."""
     grids = {policy: grid for policy, (_, grid) in KNOBS.items()}
     for policy, values in (knobs or {}).items():
         if policy not in KNOBS:
@@ -720,7 +721,7 @@ def replay_container_grid(
     parameter is ``params``'. Summed over containers, these rows are what :func:`choose_knob` calibrates on.
     """
     params = params or PolicyParams()
-    grids = _grids(knobs)
+    grids = knob_grids(knobs)
     unknown = [p for p in (policies or ()) if p not in POLICIES]
     if unknown:
         raise InputError(f"unknown policies {unknown} (known: {', '.join(POLICIES)})")
