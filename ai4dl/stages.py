@@ -225,12 +225,12 @@ def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Out
     from ai4dl.method.features import with_derived
     from ai4dl.method.model import load
     from ai4dl.method.scaler import Scaler
-    from ai4dl.method.windowing import build_windows, silver_properties
+    from ai4dl.method.windowing import build_windows, silver_properties, window_inputs
 
     w = cfg.window
     source = scaler_from_model or w.scaler_from_model
     given = load(source).scaler if source else None
-    raw = lake.read("bronze")
+    raw = window_inputs(lake.read("bronze"))
     bronze = with_derived(raw, given.features if given else w.features, w.max_gap_seconds)
     if bronze is not raw:
         bronze = bronze.cache()  # the derived features are computed once for the scaler's fit and the windows

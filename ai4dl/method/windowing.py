@@ -19,12 +19,23 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from ai4dl.errors import InputError, MissingTableError
-from ai4dl.lake.schema import BEHAVIOUR, POD_ID, SILVER, TS
+from ai4dl.lake.schema import BEHAVIOUR, METRICS, POD_ID, SERVICE, SILVER, TS
 from ai4dl.method.scaler import Scaler
 
 PROP_SCALER = "ai4dl.scaler"
 PROP_HISTORY = "ai4dl.n_history"
 PROP_FEATURES = "ai4dl.features"
+
+
+# The bronze columns windows are built from: the key, the metrics (features, derived features' inputs, raw
+# demand) and the ground truth. Bronze's bookkeeping (source file, ingest time, event date) is left in the scan:
+# the derived features run in Python per container, and what is read is shipped there and back.
+WINDOW_INPUTS: tuple[str, ...] = (POD_ID, SERVICE, TS, *METRICS, BEHAVIOUR)
+
+
+def window_inputs(bronze: DataFrame) -> DataFrame:
+    """Bronze narrowed to :data:`WINDOW_INPUTS` (those it has)."""
+    return bronze.select(*[c for c in WINDOW_INPUTS if c in bronze.columns])
 
 
 def build_windows(bronze: DataFrame, scaler: Scaler, n_history: int, max_gap_seconds: float | None = None) -> DataFrame:
