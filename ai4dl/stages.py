@@ -376,8 +376,10 @@ def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
     from ai4dl.reporting.plots import draw_graph
 
     b = cfg.behaviour
-    phases = lake.read("phases")
-    written = {"sequences": lake.overwrite("sequences", B.run_lengths(phases, b.min_run_steps))}
+    source = lake.commit("phases")
+    phases = lake.read("phases", version=source[0] if source else None)  # the commit the sequences record
+    written = {"sequences": lake.overwrite("sequences", B.run_lengths(phases, b.min_run_steps), properties={
+        PROP_SEQUENCES_PHASES: _commit_text(source), PROP_SEQUENCES_MIN_RUN: str(int(b.min_run_steps))})}
     sequences = lake.read("sequences")
     written["transitions"] = lake.overwrite("transitions", B.transition_counts(sequences))
     names = labelling_phase_names(cfg, lake)
@@ -422,13 +424,11 @@ def _per_phases_version(kind: str, cfg: Config, lake: Any, compute: Callable[[],
     """
     import copy
 
-    from delta.tables import DeltaTable
-
-    if not lake.exists("phases"):
+    commit = lake.commit("phases")
+    if commit is None:
         return compute()  # which says the table is missing, as a stage reading it would
     path = lake.path("phases")
-    commit = DeltaTable.forPath(lake.spark, path).history(1).select("version", "timestamp").first()
-    key = (kind, path, int(commit["version"]), str(commit["timestamp"]), cfg.digest)
+    key = (kind, path, *commit, cfg.digest)
     if key not in _POLICY_INPUTS:
         value = compute()
         for old in [k for k in _POLICY_INPUTS if k[:2] == key[:2]]:
@@ -474,10 +474,35 @@ def policy_transitions(cfg: Config, lake: Any) -> Any:
     from ai4dl.behaviour.sequences import run_lengths, transition_counts
 
     def compute() -> Any:
-        phases = cfg.window.split.training(lake.read("phases"))
-        return transition_counts(run_lengths(phases, cfg.behaviour.min_run_steps)).toPandas()
+        runs = _sequences_of_current_phases(cfg, lake)
+        if runs is None:
+            runs = run_lengths(lake.read("phases"), cfg.behaviour.min_run_steps)
+        return transition_counts(cfg.window.split.training(runs)).toPandas()
 
     return _per_phases_version("transitions", cfg, lake, compute)
+
+
+# What the sequences table was built from (behaviour records it with the data): the phases commit and smoothing.
+PROP_SEQUENCES_PHASES = "ai4dl.phases_commit"
+PROP_SEQUENCES_MIN_RUN = "ai4dl.min_run_steps"
+
+
+def _commit_text(commit: tuple[int, str] | None) -> str | None:
+    return None if commit is None else f"{commit[0]}@{commit[1]}"
+
+
+def _sequences_of_current_phases(cfg: Config, lake: Any) -> Any:
+    """The sequences table when behaviour built it from the newest phases commit with the configured smoothing
+    (run lengths are per container, so its training containers' rows are theirs), else None: recompute then."""
+    if not lake.exists("sequences"):
+        return None
+    version = lake.version("sequences")
+    props = lake.properties("sequences")
+    fresh = (props.get(PROP_SEQUENCES_PHASES) == _commit_text(lake.commit("phases"))
+             and props.get(PROP_SEQUENCES_MIN_RUN) == str(int(cfg.behaviour.min_run_steps)))
+    if not fresh or lake.version("sequences") != version:  # rewritten while we looked: do not mix the two
+        return None
+    return lake.read("sequences", version=version)
 
 
 def _next_phase_scores(cfg: Config, lake: Any, transitions: Any) -> dict[str, float]:

@@ -820,6 +820,42 @@ def test_calibration_replays_a_fixed_subset_of_training_containers_on_a_large_fl
         cfg.replace(policies={"calibration_containers": 0})
 
 
+def test_policy_transitions_read_the_sequences_behaviour_built_from_the_same_phases(spark, cfg, monkeypatch):
+    """behaviour's sequences hold every container's runs: the policies' training transitions are counted from
+    them when they were built from the newest phases commit with the configured smoothing, and the runs are
+    computed again when the phases changed since (or the smoothing differs)."""
+    from pyspark.sql import functions as F
+
+    from ai4dl import stages
+    from ai4dl.behaviour import sequences as B
+    from ai4dl.lake.tables import Lake
+
+    ids = spark.createDataFrame([(f"pod-{i}",) for i in range(40)], "pod_id string")
+    train = [r[0] for r in cfg.window.split.training(ids).collect()][:2]
+    held = cfg.window.split.held_out(ids).first()[0]
+    lake = Lake.for_config(spark, cfg)
+
+    def write_phases(pattern):
+        pdfs = [_container(p, "svc", np.full(40, 1.0), 4.0, np.full(40, 50.0), 1000.0, pattern) for p in [*train, held]]
+        lake.overwrite("phases", _spark_df(spark, pdfs).withColumn("model_id", F.lit("m")))
+
+    computed = []
+    real = B.run_lengths
+    monkeypatch.setattr(B, "run_lengths", lambda df, n=1: computed.append(1) or real(df, n))
+    write_phases([0] * 20 + [1] * 20)
+    stages.behaviour(cfg, spark)
+    assert len(computed) == 1  # behaviour's own
+    got = stages.policy_transitions(cfg, lake)
+    assert len(computed) == 1 and got[["src", "dst", "count"]].values.tolist() == [[0, 1, 2]]  # 2 training containers
+    write_phases([2] * 20 + [1] * 20)  # relabelled after behaviour ran: its sequences are stale
+    got = stages.policy_transitions(cfg, lake)
+    assert len(computed) == 2 and got[["src", "dst", "count"]].values.tolist() == [[2, 1, 2]]
+    stages.behaviour(cfg, spark)
+    other = cfg.replace(behaviour={"min_run_steps": cfg.behaviour.min_run_steps + 1})
+    stages.policy_transitions(other, lake)
+    assert len(computed) == 4  # behaviour's, then the policies' own for a smoothing the sequences were not built with
+
+
 def test_policy_inputs_are_computed_once_per_phases_commit(spark, cfg, monkeypatch):
     """policies and report ask for the same training statistics: the second asks the first's answer, a copy,
     until the phases table gets a new commit."""

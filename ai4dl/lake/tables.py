@@ -134,11 +134,23 @@ class Lake:
     def exists(self, name: str) -> bool:
         return exists(self.spark, self.path(name))
 
-    def read(self, name: str) -> DataFrame:
+    def read(self, name: str, version: int | None = None) -> DataFrame:
+        """The table's newest data, or the data of commit ``version``."""
         path = self.path(name)
         if not exists(self.spark, path):
             raise MissingTableError(f"table '{name}' does not exist yet at {path}; run the stage that writes it first")
-        return self.spark.read.format("delta").load(path)
+        reader = self.spark.read.format("delta")
+        return (reader if version is None else reader.option("versionAsOf", int(version))).load(path)
+
+    def commit(self, name: str) -> tuple[int, str] | None:
+        """The newest commit of a table as ``(version, timestamp)``: a version alone does not name data, as a
+        table deleted and written again starts its versions over. None when the table does not exist."""
+        from delta.tables import DeltaTable
+
+        if not self.exists(name):
+            return None
+        row = DeltaTable.forPath(self.spark, self.path(name)).history(1).select("version", "timestamp").first()
+        return int(row["version"]), str(row["timestamp"])
 
     def count(self, name: str) -> int:
         return self.read(name).count()
