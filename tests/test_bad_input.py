@@ -298,3 +298,47 @@ def test_validate_property(spark, rows):
         else:
             assert isinstance(r["reasons"], str) and r["reasons"].strip(), r
         assert r["raw"] and r["raw_hash"]
+
+
+def test_typed_export_gets_the_reasons_its_text_would(spark):
+    """A Parquet/Delta export's numbers skip the text checks (a number is blank only when null): the reasons of
+    nulls, NaN, infinities, negatives and absurd usage are those of the same values written as text."""
+    numbers = [h for h in _HEADER if h not in ("timestamp", "service", "pod.id")]
+    metric_of = {source_name(m): m for m in METRICS}
+    good = {h: 1.0 for h in numbers}
+    cases = [
+        (1_565_962_220, "svc", "ok", {}),
+        (1_565_962_220_000, "svc", "ms", {}),
+        (None, "svc", "no-ts", {}),
+        (1e300, "svc", "far-ts", {}),
+        (1_565_962_220, "", "blank-service", {}),
+        (1_565_962_220, "svc", "", {}),
+        (1_565_962_220, "svc", "nulls", {numbers[0]: None, numbers[3]: None}),
+        (1_565_962_220, "svc", "nan", {numbers[1]: float("nan")}),
+        (1_565_962_220, "svc", "inf", {numbers[2]: float("inf"), numbers[4]: float("-inf")}),
+        (1_565_962_220, "svc", "negative", {numbers[5]: -1.0}),
+        (1_565_962_220, "svc", "above-limit", {source_name("mem_current"): 1e20}),
+    ]
+    rows = [(None if ts is None else float(ts), svc, pod, *[{**good, **over}.get(h) for h in numbers]) for ts, svc, pod, over in cases]
+    typed = T.StructType([
+        T.StructField("timestamp", T.DoubleType()), T.StructField("service", T.StringType()),
+        T.StructField("pod.id", T.StringType()), *[T.StructField(h, T.DoubleType()) for h in numbers],
+    ])
+
+    def as_text(v):
+        if v is None or isinstance(v, str):
+            return v
+        return str(int(v)) if float(v).is_integer() and abs(v) < 1e18 else repr(v)
+
+    text = [tuple(as_text(v) for v in r) for r in rows]
+    text_schema = T.StructType([T.StructField(f.name, T.StringType()) for f in typed.fields])
+    out_typed = validate(spark.createDataFrame(rows, typed)).collect()
+    out_text = validate(spark.createDataFrame(text, text_schema)).collect()
+    reasons_typed = {r["pod_id"]: r["reasons"] for r in out_typed}
+    reasons_text = {r["pod_id"]: r["reasons"] for r in out_text}
+    assert reasons_typed == reasons_text
+    assert reasons_typed["ok"] is None and reasons_typed["ms"] is None and reasons_typed["blank-service"] is None
+    assert reasons_typed["no-ts"] == "missing_timestamp"
+    assert reasons_typed["nulls"] == f"missing_value:{metric_of[numbers[0]]};missing_value:{metric_of[numbers[3]]}"
+    assert reasons_typed["negative"] == f"negative:{metric_of[numbers[5]]}"
+    assert set(reasons_typed[""].split(";")) == {"missing_id"}
