@@ -15,6 +15,9 @@ All of it is Spark window functions over ``partitionBy(pod_id)``: nothing is col
 
 from __future__ import annotations
 
+import functools
+import operator
+
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -46,7 +49,11 @@ def build_windows(bronze: DataFrame, scaler: Scaler, n_history: int, max_gap_sec
     if missing:
         raise InputError(f"bronze lacks the scaler's feature column(s): {', '.join(missing)}")
     by_pod = Window.partitionBy(POD_ID).orderBy(TS)
-    df = bronze.withColumn("features", F.array(*scaler.columns()))
+    scaled = scaler.columns()
+    df = bronze.withColumn("features", F.array(*scaled))
+    # A step is unusable when a feature is not a finite number: tested per step on the scalar columns (compiled),
+    # then over the window through the lags of that flag, not by a lambda over every window's array.
+    df = df.withColumn("_unusable", functools.reduce(operator.or_, [c.isNull() | F.isnan(c) for c in scaled]))
     df = df.withColumn("step", (F.row_number().over(by_pod) - 1).cast("int"))
     if max_gap_seconds:
         gap = F.col(TS).cast("double") - F.lag(F.col(TS).cast("double")).over(by_pod)
@@ -54,10 +61,13 @@ def build_windows(bronze: DataFrame, scaler: Scaler, n_history: int, max_gap_sec
         df = df.withColumn("segment", F.sum("_new").over(by_pod.rowsBetween(Window.unboundedPreceding, 0)).cast("int"))
     else:
         df = df.withColumn("segment", F.lit(0))
-    by_segment = Window.partitionBy(POD_ID, "segment").orderBy(TS)
-    lags = [F.lag("features", i).over(by_segment) for i in range(n_history, 0, -1)]  # oldest first
-    df = df.withColumn("history", F.concat(*lags))  # null unless every lag exists
-    unusable = F.exists(F.concat("features", "history"), lambda v: v.isNull() | F.isnan(v))
+    # The history is the n_history rows before the step in the container's order, kept only when the oldest of
+    # them is in the step's segment (segments are contiguous in time, so then all of them are): the same rows as
+    # lags over (pod_id, segment), without sorting every row a second time for that partitioning.
+    lags = [F.lag("features", i).over(by_pod) for i in range(n_history, 0, -1)]  # oldest first
+    same_segment = F.lag("segment", n_history).over(by_pod) == F.col("segment")
+    df = df.withColumn("history", F.when(same_segment, F.concat(*lags)))  # null unless every lag is in the segment
+    unusable = functools.reduce(operator.or_, [F.col("_unusable"), *(F.lag("_unusable", i).over(by_pod) for i in range(1, n_history + 1))])
     df = df.withColumn("has_full_history", F.col("history").isNotNull() & ~F.coalesce(unusable, F.lit(True)))
     if BEHAVIOUR not in df.columns:
         df = df.withColumn(BEHAVIOUR, F.lit(None).cast("string"))
