@@ -45,18 +45,37 @@ def _share(num: str, den: str) -> Callable[[pd.DataFrame], pd.Series]:
     return share
 
 
-_cpu_frac = _share("cpu_usage_cores", "cpu_num_cores")
-_mem_frac = _share("mem_current", "mem_limit")
+SHARES: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
+    "cpu_frac": _share("cpu_usage_cores", "cpu_num_cores"),
+    "mem_frac": _share("mem_current", "mem_limit"),
+}
+"""Usage as a share of the limit: what every derived feature is computed from."""
 
 
-def _rolling_min(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
-    return lambda pdf: base(pdf).rolling(w, min_periods=1).min()
+class Shares(dict):
+    """One container's :data:`SHARES`, each computed on first use and then reused by every feature built on it."""
+
+    def __init__(self, pdf: pd.DataFrame) -> None:
+        super().__init__()
+        self.pdf = pdf
+
+    def __missing__(self, name: str) -> pd.Series:
+        value = self[name] = SHARES[name](self.pdf)
+        return value
 
 
-def _ln_std(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
+def _level(share: str) -> Callable[[Shares], pd.Series]:
+    return lambda shares: shares[share]
+
+
+def _rolling_min(share: str, w: int) -> Callable[[Shares], pd.Series]:
+    return lambda shares: shares[share].rolling(w, min_periods=1).min()
+
+
+def _ln_std(share: str, w: int) -> Callable[[Shares], pd.Series]:
     # sample std (ddof 1) of the known values among the last w steps; 0 while only one is known, NaN with none
-    def f(pdf: pd.DataFrame) -> pd.Series:
-        x = base(pdf)
+    def f(shares: Shares) -> pd.Series:
+        x = shares[share]
         known = x.rolling(w, min_periods=1).count()
         sd = x.rolling(w, min_periods=1).std(ddof=1).where(known > 1, 0.0).where(known >= 1)
         return np.log(sd + _EPS)
@@ -64,10 +83,10 @@ def _ln_std(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
     return f
 
 
-def _ln_abs_change(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series]:
+def _ln_abs_change(share: str, w: int) -> Callable[[Shares], pd.Series]:
     # mean |x(t) - x(t-1)| over the known changes among the last w steps, the first step's change counted as 0
-    def f(pdf: pd.DataFrame) -> pd.Series:
-        x = base(pdf)
+    def f(shares: Shares) -> pd.Series:
+        x = shares[share]
         change = x.diff().abs()
         if len(change) and pd.notna(x.iloc[0]):
             change.iloc[0] = 0.0
@@ -76,15 +95,15 @@ def _ln_abs_change(base: Callable, w: int) -> Callable[[pd.DataFrame], pd.Series
     return f
 
 
-DERIVED: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
-    "cpu_frac": _cpu_frac,
-    "mem_frac": _mem_frac,
-    "cpu_frac_min10": _rolling_min(_cpu_frac, 10),
-    "ln_cpu_frac_std20": _ln_std(_cpu_frac, 20),
-    "ln_absd_mem_frac_mean10": _ln_abs_change(_mem_frac, 10),
-    "ln_absd_cpu_frac_mean10": _ln_abs_change(_cpu_frac, 10),
+DERIVED: dict[str, Callable[[Shares], pd.Series]] = {
+    "cpu_frac": _level("cpu_frac"),
+    "mem_frac": _level("mem_frac"),
+    "cpu_frac_min10": _rolling_min("cpu_frac", 10),
+    "ln_cpu_frac_std20": _ln_std("cpu_frac", 20),
+    "ln_absd_mem_frac_mean10": _ln_abs_change("mem_frac", 10),
+    "ln_absd_cpu_frac_mean10": _ln_abs_change("cpu_frac", 10),
 }
-"""Derived feature -> its definition over one container's rows in time order (a Series aligned with them)."""
+"""Derived feature -> its definition over one container's shares in time order (a Series aligned with its rows)."""
 
 # The behaviour features measured best on the frozen fleet (held-out ARI in README "Method notes").
 BEHAVIOUR_FEATURES: tuple[str, ...] = (
@@ -107,8 +126,9 @@ def derive(pdf: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     if missing:
         raise InputError(f"derived features {list(wanted)} need column(s) {missing}")
     out = pdf.copy()
+    shares = Shares(pdf)
     for name in wanted:
-        out[name] = DERIVED[name](pdf).astype("float64").to_numpy()
+        out[name] = DERIVED[name](shares).astype("float64").to_numpy()
     return out
 
 
@@ -137,14 +157,24 @@ def with_derived(df: Any, features: Sequence[str], max_gap_seconds: float | None
     if missing:
         raise InputError(f"derived features {list(wanted)} need column(s) {missing}")
     schema = StructType([*df.schema.fields, *(StructField(n, DoubleType(), True) for n in wanted)])
-    names = list(df.columns)
 
-    def per_container(pdf: pd.DataFrame) -> pd.DataFrame:
-        pdf = pdf.sort_values("ts", kind="stable").reset_index(drop=True)
-        secs = (pd.to_datetime(pdf["ts"], utc=True) - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
-        return derive_segments(pdf, wanted, secs.to_numpy(dtype=float), max_gap_seconds)[[*names, *wanted]]
+    def per_container(table: Any) -> Any:
+        # Arrow in and out: only the four inputs become pandas (as float columns, nulls NaN, as pandas would
+        # give them); the rows' other columns (ids, service, ground truth) pass through without conversion.
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-    return df.groupBy("pod_id").applyInPandas(per_container, schema)
+        table = table.take(pc.sort_indices(table, sort_keys=[("ts", "ascending")]))
+        pdf = pd.DataFrame({c: table.column(c).to_numpy(zero_copy_only=False) for c in INPUTS})
+        micros = table.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        secs = (micros.astype(np.int64) * 1000).astype(np.float64) / 1e9  # as pandas' ns timedelta / 1 s
+        out = derive_segments(pdf, wanted, secs, max_gap_seconds)
+        for name in wanted:
+            # NaN (a share of an unknown limit) becomes null, as pandas output does through Arrow
+            table = table.append_column(name, pa.array(out[name].to_numpy(dtype=np.float64), type=pa.float64(), from_pandas=True))
+        return table
+
+    return df.groupBy("pod_id").applyInArrow(per_container, schema)
 
 
 __all__ = ["BEHAVIOUR_FEATURES", "DERIVED", "INPUTS", "LOOKBACK", "derive", "derive_segments", "derived_of", "with_derived"]
