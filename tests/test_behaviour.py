@@ -132,6 +132,35 @@ def test_run_lengths_smoothing(spark):
     ]
 
 
+@pytest.mark.parametrize("min_len", [2, 3, 7])
+def test_smoothing_in_spark_equals_the_pandas_reference(spark, min_len):
+    """The window-function smoothing gives, to the bit, what smooth_container_runs (pandas, one container at a
+    time over smooth_runs) gives: random sequences with leading short runs, no long run at all, nulls, and
+    sub-second timestamps (duration_seconds as Timedelta.total_seconds())."""
+    import pandas as pd
+
+    rng = np.random.default_rng(min_len)
+    rows = []
+    for c in range(25):
+        n, phase, t = int(rng.integers(1, 120)), None, T0
+        for i in range(n):
+            t += timedelta(seconds=DT, microseconds=int(rng.integers(0, 1_000_000)))
+            if rng.random() < 0.35:
+                phase = int(rng.integers(0, 4))
+            label = None if rng.random() < 0.05 else phase
+            rows.append((f"p{c}", f"s{c % 2}", t, i, label, None, None, 1.0, 4.0, 1.0, 1e9, None, "m1"))
+    df = spark.createDataFrame(rows, PHASES)
+    smoothed = B.run_lengths(df, min_run_steps=min_len).toPandas()
+    raw = B.run_lengths(df).toPandas()
+    expected = pd.concat([B.smooth_container_runs(g, min_len) for _, g in raw.groupby(["pod_id", "service"])])
+    key = ["pod_id", "service", "run"]
+    pd.testing.assert_frame_equal(
+        smoothed.sort_values(key).reset_index(drop=True), expected.sort_values(key).reset_index(drop=True),
+        check_exact=True, check_dtype=False,
+    )
+    assert len(smoothed) < len(raw)
+
+
 # ------------------------------------------------------------------------------------------------ transitions
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -90,10 +91,10 @@ def run_lengths(phases_df: DataFrame, min_run_steps: int = 1) -> DataFrame:
     window), so a null phase never splits a run (see the module notes). Each run gets its first/last ``ts`` and
     ``step``, ``duration_steps`` (labelled steps) and ``duration_seconds`` (``end_ts - start_ts``).
 
-    ``min_run_steps > 1`` smooths the sequence with :func:`smooth_runs` (short runs absorbed into the previous
-    long run, or the next when they lead; then equal neighbours merged and runs renumbered). The smoothing is a
-    grouped pandas UDF over each container's *runs* (not its steps), so it moves only a container's handful of
-    runs through Arrow.
+    ``min_run_steps > 1`` smooths the sequence as :func:`smooth_runs` does (short runs absorbed into the previous
+    long run, or the next when they lead; then equal neighbours merged and runs renumbered), with window
+    functions over each container's *runs*: :func:`smooth_container_runs` is the same in pandas, one container
+    at a time, and the reference it is tested against.
     """
     w = Window.partitionBy(*CONTAINER).orderBy("step")
     labelled = phases_df.where(F.col("phase").isNotNull()).select(*CONTAINER, TS, "step", "phase")
@@ -112,16 +113,40 @@ def run_lengths(phases_df: DataFrame, min_run_steps: int = 1) -> DataFrame:
         F.max("step").alias("end_step"),
         F.count(F.lit(1)).cast("int").alias("duration_steps"),
     )
-    runs = runs.withColumn("duration_seconds", _seconds_between(F.col("start_ts"), F.col("end_ts")))
-    runs = conform(runs, PHASE_SEQUENCES)
     if min_run_steps is None or min_run_steps <= 1:
-        return runs
-    min_len = int(min_run_steps)
+        runs = runs.withColumn("duration_seconds", _seconds_between(F.col("start_ts"), F.col("end_ts")))
+        return conform(runs, PHASE_SEQUENCES)
+    return conform(_smoothed(runs, int(min_run_steps)), PHASE_SEQUENCES)
 
-    def _smooth(pdf: pd.DataFrame) -> pd.DataFrame:
-        return smooth_container_runs(pdf, min_len)
 
-    return conform(runs.groupBy(*CONTAINER).applyInPandas(_smooth, schema=PHASE_SEQUENCES), PHASE_SEQUENCES)
+def _smoothed(runs: DataFrame, min_len: int) -> DataFrame:
+    """:func:`smooth_runs` over every container's runs (the ``runs`` aggregate of :func:`run_lengths`).
+
+    Each run takes the phase of the last long run (``duration_steps >= min_len``) at or before it, or, leading,
+    of the first long run after it; with no long run at all, its own. Consecutive runs of one phase are then one
+    smoothed run: that is the block :func:`smooth_runs` forms from a long run and the short runs it absorbs,
+    merged with its neighbours of the same phase. ``duration_seconds`` is computed as pandas'
+    ``Timedelta.total_seconds()`` (whole seconds plus microseconds / 1e6), as the smoothing always reported it.
+    """
+    by_run = Window.partitionBy(*CONTAINER).orderBy("run")
+    long_phase = F.when(F.col("duration_steps") >= min_len, F.col("phase"))
+    before = F.last(long_phase, ignorenulls=True).over(by_run.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    after = F.first(long_phase, ignorenulls=True).over(by_run.rowsBetween(Window.currentRow, Window.unboundedFollowing))
+    runs = runs.withColumn("_phase", F.coalesce(before, after, F.col("phase")))
+    runs = runs.withColumn("_new", F.when(F.lag("_phase").over(by_run) == F.col("_phase"), F.lit(0)).otherwise(F.lit(1)))
+    runs = runs.withColumn("_block", F.sum("_new").over(by_run.rowsBetween(Window.unboundedPreceding, Window.currentRow)) - 1)
+    blocks = runs.groupBy(*CONTAINER, "_block").agg(
+        F.first("_phase").alias("phase"),  # constant within a block
+        F.min_by("start_ts", "run").alias("start_ts"),
+        F.max_by("end_ts", "run").alias("end_ts"),
+        F.min("start_step").alias("start_step"),
+        F.max("end_step").alias("end_step"),
+        F.sum("duration_steps").alias("duration_steps"),
+    )
+    micros = F.unix_micros(F.col("end_ts")) - F.unix_micros(F.col("start_ts"))
+    fraction = F.pmod(micros, F.lit(1_000_000))
+    seconds = (micros - fraction) / F.lit(1_000_000) + fraction.cast("double") / F.lit(1e6)  # exact whole seconds
+    return blocks.withColumnRenamed("_block", "run").withColumn("duration_seconds", seconds)
 
 
 def smooth_container_runs(pdf: pd.DataFrame, min_len: int) -> pd.DataFrame:
@@ -135,38 +160,30 @@ def smooth_container_runs(pdf: pd.DataFrame, min_len: int) -> pd.DataFrame:
     if pdf.empty:
         return pdf[cols]
     pdf = pdf.sort_values("run").reset_index(drop=True)
-    lengths = pdf["duration_steps"].astype(int).tolist()
-    offsets = [0]
-    for n in lengths[:-1]:
-        offsets.append(offsets[-1] + n)
-    smoothed = smooth_runs(list(zip(pdf["phase"].astype(int).tolist(), offsets, lengths)), min_len)
-    rows = []
-    first = 0
-    for i, (phase, start, length) in enumerate(smoothed):
-        end_off = start + length
-        last = first
-        while last + 1 < len(offsets) and offsets[last + 1] < end_off:
-            last += 1
-        a, b = pdf.iloc[first], pdf.iloc[last]
-        rows.append(
-            {
-                POD_ID: a[POD_ID],
-                SERVICE: a[SERVICE],
-                "run": i,
-                "phase": int(phase),
-                "start_ts": a["start_ts"],
-                "end_ts": b["end_ts"],
-                "start_step": int(a["start_step"]),
-                "end_step": int(b["end_step"]),
-                "duration_steps": int(length),
-                "duration_seconds": float((pd.Timestamp(b["end_ts"]) - pd.Timestamp(a["start_ts"])).total_seconds()),
-            }
-        )
-        first = last + 1
-    out = pd.DataFrame(rows, columns=cols)
+    lengths = pdf["duration_steps"].to_numpy(dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths[:-1])])
+    smoothed = smooth_runs(list(zip(pdf["phase"].astype(int).tolist(), offsets.tolist(), lengths.tolist())), min_len)
+    phase, start, length = (np.array(v, dtype=np.int64) for v in zip(*smoothed))
+    # Each smoothed run is a block of whole original runs: it ends with the last run starting before its end.
+    last = np.searchsorted(offsets, start + length, side="left") - 1
+    first = np.concatenate([[0], last[:-1] + 1])
+    a, b = pdf.iloc[first].reset_index(drop=True), pdf.iloc[last].reset_index(drop=True)
+    out = pd.DataFrame({
+        POD_ID: a[POD_ID], SERVICE: a[SERVICE], "run": np.arange(len(smoothed)), "phase": phase,
+        "start_ts": a["start_ts"], "end_ts": b["end_ts"], "start_step": a["start_step"], "end_step": b["end_step"],
+        "duration_steps": length,
+        "duration_seconds": _total_seconds(b["end_ts"] - a["start_ts"]),
+    }, columns=cols)
     for c in ("run", "phase", "start_step", "end_step", "duration_steps"):
         out[c] = out[c].astype("int32")
     return out
+
+
+def _total_seconds(spans: pd.Series) -> np.ndarray:
+    """``Timedelta.total_seconds()`` of each span, to the bit: whole seconds plus microseconds / 1e6 (nanoseconds
+    dropped), as pandas computes it one value at a time."""
+    micros = spans.to_numpy().astype("timedelta64[ns]").astype(np.int64) // 1000
+    return (micros // 1_000_000).astype(np.float64) + (micros % 1_000_000) / 1e6
 
 
 def transition_counts(sequences_df: DataFrame) -> DataFrame:
