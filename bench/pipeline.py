@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pipeline.py                       # 5000 containers x 2000 steps = 10M rows
     .venv/bin/python bench/pipeline.py --containers 200 --steps 500
+    .venv/bin/python bench/pipeline.py --jobs 2                # and each stage's Spark jobs of 2 s or more
 
 Stages, each timed on its own: generate (Spark writes the fleet as parquet), ingest (parquet -> bronze MERGE +
 quarantine), window (bronze -> silver, scaler fitted on the training containers), train (CRBM on a sample of
@@ -124,10 +125,26 @@ class HeapSampler:
 
 
 class Meter:
-    def __init__(self, spark) -> None:
+    def __init__(self, spark, jobs_over: float | None = None) -> None:
+        self.spark = spark
         self.jvm = jvm_pid(spark)
         self.heap = HeapSampler(spark)
         self.stages: list[dict] = []
+        self.jobs_over = jobs_over
+
+    def _print_jobs(self, after: int, seconds: float) -> None:
+        """The stage's Spark jobs from the UI's REST API (as bench/stage_jobs.py), the longer ones by call site."""
+        from stage_jobs import _seconds, jobs_since
+
+        jobs = jobs_since(self.spark, after)
+        in_jobs = sum(_seconds(j) for j in jobs)
+        print(f"[bench]   {len(jobs)} Spark jobs taking {in_jobs:.1f}s, {seconds - in_jobs:.1f}s outside jobs")
+        small = [j for j in jobs if _seconds(j) < self.jobs_over]
+        for j in jobs:
+            if _seconds(j) >= self.jobs_over:
+                print(f"[bench]   job {j['jobId']:>4} {_seconds(j):7.1f}s {j['numTasks']:>5} tasks  {j['name'][:110]}")
+        if small:
+            print(f"[bench]   {len(small)} jobs under {self.jobs_over}s: {sum(_seconds(j) for j in small):.1f}s")
 
     def run(self, name: str, rows_in, fn, *args, **kwargs):
         """Time ``fn``; ``rows_in`` is an int or a callable evaluated (untimed) before the stage."""
@@ -135,6 +152,10 @@ class Meter:
         py_reset = _reset_hwm("self")
         jvm_reset = self.jvm is not None and _reset_hwm(self.jvm)
         self.heap.reset()
+        if self.jobs_over is not None:
+            from stage_jobs import jobs_since
+
+            last_job = max((j["jobId"] for j in jobs_since(self.spark, -1)), default=-1)
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         seconds = time.perf_counter() - t0
@@ -157,6 +178,8 @@ class Meter:
             f"jvm_heap_peak={rec['jvm_heap_peak_mb']:.0f}MB",
             flush=True,
         )
+        if self.jobs_over is not None:
+            self._print_jobs(last_job, seconds)
         return out
 
 
@@ -184,6 +207,8 @@ def main(argv=None) -> int:
     p.add_argument("--sample-size", type=int, default=100_000, help="CRBM training sample (train.sample_size)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="extra config override")
     p.add_argument("--keep", action="store_true", help="keep the workdir afterwards (default: delete it)")
+    p.add_argument("--jobs", type=float, default=None, metavar="SECONDS",
+                   help="after each stage, list its Spark jobs of at least SECONDS (from the Spark UI's REST API)")
     p.add_argument("--stages", default="generate,ingest,window,train,label,behaviour,policies",
                    help="comma-separated subset, to rerun later stages on a kept workdir")
     args = p.parse_args(argv)
@@ -217,7 +242,7 @@ def main(argv=None) -> int:
 
     t_all = time.perf_counter()
     spark = get_spark(cfg)
-    meter = Meter(spark)
+    meter = Meter(spark, args.jobs)
     rows = args.containers * args.steps
     print(f"[bench] {args.containers} containers x {args.steps} steps = {rows:,} rows; master {args.master}, "
           f"driver memory {args.driver_memory}, {args.shuffle_partitions} shuffle partitions, "
