@@ -112,27 +112,11 @@ def get_spark(cfg: "Config") -> SparkSession:
         builder = configure_spark_with_delta_pip(builder)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    _split_scans_for_all_cores(spark)
     if archive is not None and not archive.ready:
         archive.finish_at_exit(spark)
     if submitted:
         _require_delta(spark)
     return spark
-
-
-MIN_SCAN_TASKS_PER_CORE = 3
-MIN_PARTITION_NUM = "spark.sql.files.minPartitionNum"
-
-
-def _split_scans_for_all_cores(spark: SparkSession) -> None:
-    """Split a large file scan into at least 3 tasks per core (unless the user set ``minPartitionNum``).
-
-    Spark sizes a scan's splits as the input divided by the default parallelism: on 2 cores a 290 MB Parquet
-    export of 10 files became 3 tasks, the third running alone while a core idled (a third of the ingest's
-    first job). With 3 per core, a core that finishes early takes the next split. A small input is not split
-    further: a split is never under ``spark.sql.files.openCostInBytes`` (4 MB)."""
-    if spark.conf.get(MIN_PARTITION_NUM, None) in (None, ""):
-        spark.conf.set(MIN_PARTITION_NUM, str(MIN_SCAN_TASKS_PER_CORE * spark.sparkContext.defaultParallelism))
 
 
 def spread_for_python(df: "DataFrame", *keys: str) -> "DataFrame":

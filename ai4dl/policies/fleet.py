@@ -204,7 +204,8 @@ def phase_headroom_stats(
 
     levels = F.array(*[F.lit(float(q)) for q in HEADROOM_LEVELS])
     rows = (
-        _by_container(phases_df).groupBy("pod_id")
+        # not spread over more tasks: the approximate percentiles' answers depend on how the jumps are split
+        phases_df.select(*INPUT_COLUMNS).groupBy("pod_id")
         .applyInPandas(jumps, "phase bigint, resource string, jump double")
         .groupBy("phase", "resource")
         .agg(F.percentile_approx("jump", levels, accuracy).alias("quantiles"))
