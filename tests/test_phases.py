@@ -178,3 +178,25 @@ def test_phase_quality_on_hand_made_labels():
     assert mixed["behaviours"]["steady"] == {"steps": 6, "phase": 3, "purity": 4 / 6}
     assert mixed["behaviours"]["warmup"] == {"steps": 3, "phase": 1, "purity": 1.0}
     assert 0 < mixed["ari"] < 1
+
+
+def test_sample_is_chosen_by_keys_as_over_whole_windows(fleet, spark):
+    """The sample picked from keys alone (then read with its arrays) is the one the random order over the whole
+    windows picks, in the same order: at most per_container windows of each container, at most size in all."""
+    from pyspark.sql import Window
+
+    from ai4dl.method.training import stratified_sample
+
+    windows = spark.read.format("delta").load(fleet.lake.path("silver")).where("has_full_history")
+    size, per_container, seed = 500, 40, 11  # 16 containers x 40 = 640 capped, then 500
+    order = Window.partitionBy("pod_id").orderBy(F.rand(seed), "ts")
+    whole = (windows.withColumn("_r", F.row_number().over(order)).where(F.col("_r") <= per_container).drop("_r")
+             .orderBy(F.xxhash64("pod_id", "ts", F.lit(seed))).limit(size))
+    expected = [(r["pod_id"], r["ts"], list(r["features"])) for r in whole.collect()]
+    got = [(r["pod_id"], r["ts"], list(r["features"])) for r in stratified_sample(windows, size, per_container, seed).collect()]
+    assert got == expected
+    assert len(got) == size
+    per_pod = {}
+    for pod, _, _ in got:
+        per_pod[pod] = per_pod.get(pod, 0) + 1
+    assert max(per_pod.values()) <= per_container

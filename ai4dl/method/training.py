@@ -32,10 +32,17 @@ from ai4dl.method.split import ContainerSplit
 
 
 def stratified_sample(windows: DataFrame, size: int, per_container: int, seed: int) -> DataFrame:
-    """At most ``per_container`` random windows of each container, then at most ``size`` overall."""
+    """At most ``per_container`` random windows of each container, then at most ``size`` overall.
+
+    The windows are chosen by their keys alone (the random order is drawn over the same rows, in the same scan
+    order, so the same windows are chosen), then read again with their arrays for those keys only: the shuffle
+    and sort that pick the sample move keys, not every training window's features and history."""
     order = Window.partitionBy(POD_ID).orderBy(F.rand(seed), "ts")
-    capped = windows.withColumn("_r", F.row_number().over(order)).where(F.col("_r") <= per_container).drop("_r")
-    return capped.orderBy(F.xxhash64(POD_ID, "ts", F.lit(seed))).limit(size)
+    keys = windows.select(POD_ID, "ts")
+    capped = keys.withColumn("_r", F.row_number().over(order)).where(F.col("_r") <= per_container).drop("_r")
+    by_hash = F.xxhash64(POD_ID, "ts", F.lit(seed))
+    chosen = capped.orderBy(by_hash).limit(size)
+    return windows.join(F.broadcast(chosen), [POD_ID, "ts"]).orderBy(by_hash)
 
 
 def _matrices(df: DataFrame, n_vis: int, n_cond: int) -> tuple[np.ndarray, np.ndarray]:
