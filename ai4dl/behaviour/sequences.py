@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -160,30 +159,38 @@ def smooth_container_runs(pdf: pd.DataFrame, min_len: int) -> pd.DataFrame:
     if pdf.empty:
         return pdf[cols]
     pdf = pdf.sort_values("run").reset_index(drop=True)
-    lengths = pdf["duration_steps"].to_numpy(dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths[:-1])])
-    smoothed = smooth_runs(list(zip(pdf["phase"].astype(int).tolist(), offsets.tolist(), lengths.tolist())), min_len)
-    phase, start, length = (np.array(v, dtype=np.int64) for v in zip(*smoothed))
-    # Each smoothed run is a block of whole original runs: it ends with the last run starting before its end.
-    last = np.searchsorted(offsets, start + length, side="left") - 1
-    first = np.concatenate([[0], last[:-1] + 1])
-    a, b = pdf.iloc[first].reset_index(drop=True), pdf.iloc[last].reset_index(drop=True)
-    out = pd.DataFrame({
-        POD_ID: a[POD_ID], SERVICE: a[SERVICE], "run": np.arange(len(smoothed)), "phase": phase,
-        "start_ts": a["start_ts"], "end_ts": b["end_ts"], "start_step": a["start_step"], "end_step": b["end_step"],
-        "duration_steps": length,
-        "duration_seconds": _total_seconds(b["end_ts"] - a["start_ts"]),
-    }, columns=cols)
+    lengths = pdf["duration_steps"].astype(int).tolist()
+    offsets = [0]
+    for n in lengths[:-1]:
+        offsets.append(offsets[-1] + n)
+    smoothed = smooth_runs(list(zip(pdf["phase"].astype(int).tolist(), offsets, lengths)), min_len)
+    rows = []
+    first = 0
+    for i, (phase, start, length) in enumerate(smoothed):
+        end_off = start + length
+        last = first
+        while last + 1 < len(offsets) and offsets[last + 1] < end_off:
+            last += 1
+        a, b = pdf.iloc[first], pdf.iloc[last]
+        rows.append(
+            {
+                POD_ID: a[POD_ID],
+                SERVICE: a[SERVICE],
+                "run": i,
+                "phase": int(phase),
+                "start_ts": a["start_ts"],
+                "end_ts": b["end_ts"],
+                "start_step": int(a["start_step"]),
+                "end_step": int(b["end_step"]),
+                "duration_steps": int(length),
+                "duration_seconds": float((pd.Timestamp(b["end_ts"]) - pd.Timestamp(a["start_ts"])).total_seconds()),
+            }
+        )
+        first = last + 1
+    out = pd.DataFrame(rows, columns=cols)
     for c in ("run", "phase", "start_step", "end_step", "duration_steps"):
         out[c] = out[c].astype("int32")
     return out
-
-
-def _total_seconds(spans: pd.Series) -> np.ndarray:
-    """``Timedelta.total_seconds()`` of each span, to the bit: whole seconds plus microseconds / 1e6 (nanoseconds
-    dropped), as pandas computes it one value at a time."""
-    micros = spans.to_numpy().astype("timedelta64[ns]").astype(np.int64) // 1000
-    return (micros // 1_000_000).astype(np.float64) + (micros % 1_000_000) / 1e6
 
 
 def transition_counts(sequences_df: DataFrame) -> DataFrame:

@@ -27,8 +27,6 @@ from ai4dl.errors import SparkSetupError
 from ai4dl.lake.tables import join_path
 
 if TYPE_CHECKING:  # pragma: no cover
-    from pyspark.sql import DataFrame
-
     from ai4dl.config import Config
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -117,18 +115,6 @@ def get_spark(cfg: "Config") -> SparkSession:
     if submitted:
         _require_delta(spark)
     return spark
-
-
-def spread_for_python(df: "DataFrame", *keys: str) -> "DataFrame":
-    """``df`` hash-partitioned by ``keys`` into at least two tasks per core, for a grouped pandas UDF after it.
-
-    A grouped UDF is seconds of Python per group on a few megabytes of input: left to adaptive execution, its
-    shuffle is coalesced by bytes into as few tasks as the input is large (3 on 2 cores for the 10M-row fleet's
-    run smoothing, one core idle for the last third); a partition count given here is kept as given. The rows
-    and the groups do not change."""
-    spark = df.sparkSession
-    n = max(int(spark.conf.get("spark.sql.shuffle.partitions")), 2 * spark.sparkContext.defaultParallelism)
-    return df.repartition(n, *keys)
 
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"

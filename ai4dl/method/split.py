@@ -31,12 +31,17 @@ class ContainerSplit:
         if not 0.0 < float(self.train_fraction) <= 1.0:
             raise ConfigError(f"window.train_fraction: {self.train_fraction!r} is not allowed: a number in (0, 1]")
 
+    def _bucket(self, pod_id: "Column") -> "Column":
+        """The container's place in the hash range: 0 .. _BUCKETS - 1, the same on every run and engine."""
+        from pyspark.sql import functions as F
+
+        return F.pmod(F.xxhash64(pod_id, F.lit(int(self.seed))), F.lit(_BUCKETS))
+
     def is_training(self, pod_id: "Column") -> "Column":
         """A boolean column: this container belongs to the training side."""
         from pyspark.sql import functions as F
 
-        bucket = F.pmod(F.xxhash64(pod_id, F.lit(int(self.seed))), F.lit(_BUCKETS))
-        return bucket < F.lit(int(round(float(self.train_fraction) * _BUCKETS)))
+        return self._bucket(pod_id) < F.lit(int(round(float(self.train_fraction) * _BUCKETS)))
 
     def training(self, df: "DataFrame", pod_column: str = "pod_id") -> "DataFrame":
         from pyspark.sql import functions as F
@@ -50,9 +55,8 @@ class ContainerSplit:
 
         if not 0.0 < float(share) <= 1.0:
             raise ConfigError(f"training_sample: share {share!r} is not in (0, 1]")
-        bucket = F.pmod(F.xxhash64(F.col(pod_column), F.lit(int(self.seed))), F.lit(_BUCKETS))
         cut = max(1, int(round(float(share) * float(self.train_fraction) * _BUCKETS)))
-        return df.where(bucket < F.lit(cut))
+        return df.where(self._bucket(F.col(pod_column)) < F.lit(cut))
 
     def held_out(self, df: "DataFrame", pod_column: str = "pod_id") -> "DataFrame":
         from pyspark.sql import functions as F

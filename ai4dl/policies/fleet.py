@@ -12,7 +12,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
-from ai4dl.lake.session import spread_for_python
 from ai4dl.policies.replay import (
     HEADROOM_LEVELS,
     INPUT_COLUMNS,
@@ -39,8 +38,15 @@ def _plain(phase_stats: Mapping | None, transitions: Any) -> tuple[dict, dict]:
 
 
 def _by_container(phases_df: DataFrame) -> DataFrame:
-    """The replay's input, by container over at least two tasks per core (a replay is seconds of Python)."""
-    return spread_for_python(phases_df.select(*INPUT_COLUMNS), "pod_id")
+    """The replay's input spread over at least two tasks per core, by container.
+
+    A replay is seconds of Python per container on a few megabytes of input: left to adaptive execution, the
+    shuffle is coalesced by bytes into as few tasks as the input is large (3 on the demo's fleet, one core
+    idle for the last third); a partition count given here is kept as given. Rows per container do not change.
+    """
+    spark = phases_df.sparkSession
+    n = max(int(spark.conf.get("spark.sql.shuffle.partitions")), 2 * spark.sparkContext.defaultParallelism)
+    return phases_df.select(*INPUT_COLUMNS).repartition(n, "pod_id")
 
 
 def replay_fleet(
