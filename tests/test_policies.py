@@ -35,6 +35,7 @@ from ai4dl.policies.replay import (
     replay_container_grid,
     step_durations,
 )
+from ai4dl.policies.vpa import VpaRecommender
 
 USAGE8 = np.arange(1.0, 9.0)  # [1, 2, ..., 8]
 P4 = PolicyParams(interval_steps=4, k_std=1.0, margin=0.0, vpa_percentile=0.4)
@@ -451,6 +452,73 @@ def test_vpa_policy_equals_the_real_vpa_closed_loop(vpa_vectors):
         for resource, usage in (("cpu", cpu), ("mem", mem)):
             got = _decisions(allocate("vpa", usage, 1e15, params, resource=resource))
             np.testing.assert_array_equal(got[has], rec[f"{resource}_target"].to_numpy()[has], err_msg=f"{pod} {resource}")
+
+
+def _vpa_fed_sample_by_sample(usage, limit, params, resource, ts_seconds=None):
+    """The vpa policy's allocation as the module docstring states it, one sample at a time: before each interval
+    the target for the samples so far (none yet: the limit); a memory sample above the allocation in force is an
+    OOM kill (the interval's first only) recorded before the sample itself."""
+    timed = ts_seconds is not None
+    rec = VpaRecommender(params.vpa(timed))
+    length, n = params.interval_steps, len(usage)
+    alloc = np.empty(n)
+    for start in range(0, n, length):
+        target = rec.target(resource, None) if start > 0 else None
+        decision = np.nan if target is None else target
+        killed = False
+        for k in range(start, min(start + length, n)):
+            in_force = np.fmin(decision, limit[k])
+            in_force = max(in_force, 0.0) if in_force == in_force else in_force
+            alloc[k] = limit[k] if decision != decision else in_force
+            v = usage[k]
+            if not v >= 0 or (timed and ts_seconds[k] != ts_seconds[k]):
+                continue
+            t = VpaRecommender.time_ns(ts_seconds[k]) if timed else VpaRecommender.time_ns(step=k, step_seconds=params.vpa_step_seconds)
+            if resource == "cpu":
+                rec.add_cpu_at(t, VpaRecommender.cpu_amount(v))
+                continue
+            if not killed and v > in_force:
+                rec.record_oom_at(t, in_force)
+                killed = True
+            rec.add_memory_at(t, VpaRecommender.memory_amount(v))
+    return alloc
+
+
+@pytest.mark.parametrize("case", ["steps", "timestamps", "gaps-and-backwards", "limits-move", "long", "centuries"])
+@pytest.mark.parametrize("resource", ["cpu", "mem"])
+def test_vpa_policy_equals_the_recommender_fed_sample_by_sample(case, resource):
+    """The replay answers CPU for every interval at once and skips memory intervals that change nothing but the
+    last sample time: allocations (OOM kills included) equal feeding the recommender one sample at a time. (Steps of
+    11 samples of 10 s: an interval's last sample lands on a 1200 s memory window's end.)"""
+    rng = np.random.default_rng([len(case), len(resource)])
+    n = 1500 if case == "long" else 400
+    mem = np.abs(np.cumsum(rng.normal(3e6, 4e7, n))) + 5e8
+    mem[rng.random(n) < 0.03] *= 1.6  # spikes: OOM kills at most percentiles
+    usage = mem if resource == "mem" else rng.gamma(2.0, 1.5, n)
+    usage[rng.random(n) < 0.04] = np.nan
+    limit = np.full(n, 3e9 if resource == "mem" else 8.0)
+    ts = None
+    if case != "steps":
+        ts = 1_700_000_000 + np.cumsum(rng.integers(5, 60, n)).astype(float)
+    if case == "gaps-and-backwards":
+        ts[rng.random(n) < 0.05] -= 300
+        ts[rng.random(n) < 0.03] = np.nan
+    if case == "limits-move":
+        limit = limit * np.where(rng.random(n) < 0.1, 0.2, 1.0)
+        limit[rng.random(n) < 0.02] = np.nan
+    if case == "long":  # past 100 CPU half-lives and many memory windows
+        ts = 1_700_000_000 + np.cumsum(rng.integers(200, 700, n)).astype(float)
+    if case == "centuries":  # a first sample 300 years before the others: time differences beyond an int64 of ns
+        ts = 1e10 + np.cumsum(rng.integers(5, 60, n)).astype(float)
+        ts[0] = 0.0
+    ooms = 0
+    for q in (0.5, 0.9, 0.99):
+        params = PolicyParams(interval_steps=11 if case == "steps" else 10, vpa_percentile=q, vpa_cpu_half_life_s=3600.0)
+        got = allocate("vpa", usage, limit, params, resource=resource, ts_seconds=ts)
+        want = _vpa_fed_sample_by_sample(usage, limit, params, resource, ts)
+        np.testing.assert_array_equal(got, want, err_msg=f"{case} {resource} q={q}")
+        ooms += int(np.sum(usage > got)) if resource == "mem" else 0
+    assert resource == "cpu" or ooms > 0
 
 
 def test_vpa_allocation_is_capped_and_the_capped_allocation_drives_ooms():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ai4dl.errors import InputError
-from ai4dl.policies.vpa import VpaParams, VpaRecommender, params_from_flags, recommend_csv, recommend_trace
+from ai4dl.policies.vpa import VpaParams, VpaRecommender, cpu_targets, params_from_flags, recommend_csv, recommend_trace
 
 MATCHED = ["-step-seconds", "10", "-cpu-half-life", "1200s", "-mem-half-life", "1200s", "-mem-interval", "1200s"]
 # Vector file -> (its input, the harness flags that produced it), as listed in ../shared/data/vpa/README.md.
@@ -92,6 +92,48 @@ def test_samples_fed_in_vpa_units_give_the_same_targets():
             runs.record_oom_at(at[start + 24], 2e8)
         assert one.recommend() == runs.recommend()
         assert (one.target("mem", 0.5), one.target("cpu", 0.7)) == (runs.target("mem", 0.5), runs.target("cpu", 0.7))
+
+
+@pytest.mark.parametrize("case", ["steps", "irregular", "backwards", "past-100-half-lives", "one-bucket", "clock-start", "many-ends"])
+def test_cpu_targets_at_once_equal_a_recommender_fed_sample_by_sample(case):
+    """cpu_targets answers every end and percentile from running sums over the samples: the same doubles as a
+    recommender fed one sample at a time and asked at each end (out-of-order samples dropped, a trace in one bucket,
+    times near the clock's start (no re-base), ends before any sample, an end twice, an end past the samples, more
+    ends than one block holds). A trace past 100 half-lives re-bases: cpu_targets feeds a recommender then."""
+    rng = np.random.default_rng(len(case))
+    n = 600
+    params = VpaParams(cpu_half_life_s=1200)
+    if case in ("steps", "many-ends"):
+        at = [VpaRecommender.time_ns(step=k, step_seconds=10.0) for k in range(n)]
+    elif case == "clock-start":  # within 100 half-lives of Go's zero time: the histogram keeps reference 0
+        at = [10**9 * (1 + 10 * k) for k in range(n)]
+    else:
+        gaps = rng.integers(1, 90, n).astype(float)
+        if case == "past-100-half-lives":
+            gaps[n // 2] = 1200 * 150
+        t = 1_700_000_000 + np.cumsum(gaps) + rng.random(n)
+        if case == "backwards":
+            t[rng.random(n) < 0.1] -= 200
+        at = [VpaRecommender.time_ns(x) for x in t]
+    cpu = np.full(n, 0.5) if case == "one-bucket" else rng.gamma(2.0, 1.5, n) * (1 + np.arange(n) / n)
+    amounts = [VpaRecommender.cpu_amount(c) for c in cpu]
+    percentiles = [0.0, 0.5, 0.9, 0.95, 0.99, 1.0]
+    ends = [0, 0, 1, 2, 7, 7, 50, 299, 300, 301, 599, 600, 650]
+    if case == "many-ends":
+        ends = sorted(rng.integers(0, n + 1, 9000).tolist())
+    got = cpu_targets(at, amounts, ends, percentiles, params)
+    want = np.full_like(got, np.nan)
+    rec, j = VpaRecommender(params), 0
+    for e, end in enumerate(ends):
+        for j in range(j, min(end, n)):
+            rec.add_cpu_at(at[j], amounts[j])
+        j = min(end, n)
+        for i, q in enumerate(percentiles):
+            target = rec.target("cpu", q)
+            want[i, e] = np.nan if target is None else target
+    np.testing.assert_array_equal(got, want)
+    first = int(np.searchsorted(ends, 1))
+    assert np.isnan(got[:, :first]).all() and not np.isnan(got[:, first:]).any()
 
 
 def test_bad_params_are_input_errors():

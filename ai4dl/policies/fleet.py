@@ -15,6 +15,7 @@ from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
 from ai4dl.policies.replay import (
     HEADROOM_LEVELS,
     INPUT_COLUMNS,
+    JUMP_INPUT_COLUMNS,
     KNOBS,
     POLICIES,
     REPLAY_COLUMNS,
@@ -211,7 +212,7 @@ def phase_headroom_stats(
     levels = F.array(*[F.lit(float(q)) for q in HEADROOM_LEVELS])
     rows = (
         # not spread over more tasks: the approximate percentiles' answers depend on how the jumps are split
-        phases_df.select(*INPUT_COLUMNS).groupBy("pod_id")
+        phases_df.select(*JUMP_INPUT_COLUMNS).groupBy("pod_id")
         .applyInPandas(jumps, "phase bigint, resource string, jump double")
         .groupBy("phase", "resource")
         .agg(F.percentile_approx("jump", levels, accuracy).alias("quantiles"))

@@ -101,7 +101,7 @@ import pandas as pd
 
 from ai4dl.errors import ConfigError, InputError
 from ai4dl.lake.columns import POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS
-from ai4dl.policies.vpa import VpaParams, VpaRecommender
+from ai4dl.policies.vpa import VpaParams, VpaRecommender, cpu_targets
 
 POLICIES: tuple[str, ...] = (
     "static",
@@ -144,6 +144,8 @@ _PANDAS_DTYPES = {"bigint": "int64", "double": "float64"}
 
 # PHASES columns a replay needs (activations and the rest are not shipped to the Python workers).
 INPUT_COLUMNS = ("pod_id", "service", "ts", "step", "phase", "cpu_usage_cores", "cpu_num_cores", "mem_current", "mem_limit")
+# What container_jumps reads: no timestamps (the jumps are per interval of steps) and no service.
+JUMP_INPUT_COLUMNS = tuple(c for c in INPUT_COLUMNS if c not in ("service", "ts"))
 
 
 @dataclass(frozen=True)
@@ -434,38 +436,55 @@ def _vpa_decisions(
     (NaN before its first sample), with the memory closed loop of the module docstring.
 
     ``percentiles``: the targets at each of these percentiles instead of ``params.vpa_percentile``, shape
-    (len(percentiles), intervals). The samples are converted to VPA's clock and units once for all of them; CPU
-    samples do not depend on what was allocated, so one recommender answers every CPU percentile, while memory's
-    OOM samples do, so memory feeds one recommender per percentile. Python lists, not numpy scalars, in the
-    per-sample loops."""
+    (len(percentiles), intervals). The samples are converted to VPA's clock and units once for all of them. CPU
+    samples do not depend on what was allocated: every interval's and percentile's CPU target comes from one pass
+    (:func:`~ai4dl.policies.vpa.cpu_targets`). Memory's OOM samples do, so memory feeds one recommender per
+    percentile, interval by interval; an interval whose samples all stay under the allocation in force and under
+    the current window's peak changes nothing but the recommender's last sample time, which is decided from the
+    interval's maximum (:meth:`~ai4dl.policies.vpa.VpaRecommender.add_quiet_memory_run`) instead of sample by
+    sample, and a target is asked again only when the histogram has changed."""
     n = len(usage)
     n_int = -(-n // length)
     timed = ts_seconds is not None
     is_mem = resource == "mem"
-    asked = [None] if percentiles is None else [float(q) for q in percentiles]
+    vpa_params = params.vpa(timed)
+    if percentiles is None:
+        asked = [vpa_params.target_memory_percentile if is_mem else vpa_params.target_cpu_percentile]
+    else:
+        asked = [float(q) for q in percentiles]
     decisions = np.full((len(asked), n_int), np.nan)
     # The samples VPA gets, in step order: unknown or negative usage and (timed) unknown times are no sample.
+    usable = (usage >= 0) if not timed else (usage >= 0) & ~np.isnan(ts_seconds)
+    kept_arr = np.flatnonzero(usable)
+    kept = kept_arr.tolist()
     values = usage.tolist()
     times = ts_seconds.tolist() if timed else None
     step_seconds = float(params.vpa_step_seconds)
-    kept = [k for k, v in enumerate(values) if v == v and v >= 0 and (not timed or times[k] == times[k])]
     at = [VpaRecommender.time_ns(times[k]) if timed else VpaRecommender.time_ns(step=k, step_seconds=step_seconds)
           for k in kept]
     amount = [(VpaRecommender.memory_amount if is_mem else VpaRecommender.cpu_amount)(values[k]) for k in kept]
-    bounds = np.searchsorted(np.asarray(kept, dtype=np.int64), np.arange(n_int + 1) * length).tolist()
+    bounds = np.searchsorted(kept_arr, np.arange(n_int + 1) * length).tolist()
+    if not is_mem:
+        if n_int > 1:
+            decisions[:, 1:] = cpu_targets(at, amount, bounds[1:n_int], asked, vpa_params)
+        return decisions[0] if percentiles is None else decisions
+
     limits = lim.tolist()
-    vpa_params = params.vpa(timed)
+    summaries = _interval_summaries(usage, lim, kept_arr, bounds, at, amount)
 
     def feed(rec: VpaRecommender, i: int, decision: float) -> None:
-        if not is_mem:
-            for j in range(bounds[i], bounds[i + 1]):
-                rec.add_cpu_at(at[j], amount[j])
-            return
         start, end = bounds[i], bounds[i + 1]
+        if start == end:
+            return
+        limit, peak_usage, first_ns, last_ns, peak_amount, forward = summaries[i]
+        if limit == limit:  # one known limit over the interval: an OOM iff its highest sample is above the allocation
+            if not peak_usage > _in_force(decision, limit):
+                if not (forward and rec.add_quiet_memory_run(first_ns, last_ns, peak_amount)):
+                    rec.add_memory_run(at, amount, start, end)
+                return
         for j in range(start, end):  # the interval's first sample above the allocation in force is an OOM kill
             k = kept[j]
-            in_force = limits[k] if decision != decision else (decision if limits[k] != limits[k] else min(decision, limits[k]))
-            in_force = max(in_force, 0.0) if in_force == in_force else in_force  # the allocation _cap gives
+            in_force = _in_force(decision, limits[k])
             if values[k] > in_force:
                 rec.add_memory_run(at, amount, start, j)
                 rec.record_oom_at(at[j], in_force)
@@ -473,19 +492,50 @@ def _vpa_decisions(
                 break
         rec.add_memory_run(at, amount, start, end)
 
-    recommenders = [VpaRecommender(vpa_params)] if not is_mem else [VpaRecommender(vpa_params) for _ in asked]
-    for i in range(n_int):
-        if i > 0:
-            for j, q in enumerate(asked):
-                target = recommenders[j if is_mem else 0].target(resource, q)
+    for j, q in enumerate(asked):
+        rec = VpaRecommender(vpa_params)
+        version, target = -1, None
+        for i in range(n_int):
+            if i > 0:
+                if rec.state_version != version:  # the target is a function of the histogram alone
+                    version, target = rec.state_version, rec.target(resource, q)
                 if target is not None:
                     decisions[j, i] = target
-        if is_mem:
-            for j, rec in enumerate(recommenders):
-                feed(rec, i, decisions[j, i])
-        else:
-            feed(recommenders[0], i, math.nan)
+            feed(rec, i, decisions[j, i])
     return decisions[0] if percentiles is None else decisions
+
+
+def _in_force(decision: float, limit: float) -> float:
+    """The allocation :func:`_cap` gives one step: the decision capped at the limit (a NaN limit does not cap), the
+    limit without a decision, >= 0; NaN with neither."""
+    alloc = limit if decision != decision else (decision if limit != limit else min(decision, limit))
+    return max(alloc, 0.0) if alloc == alloc else alloc
+
+
+def _interval_summaries(
+    usage: np.ndarray, lim: np.ndarray, kept: np.ndarray, bounds: list[int], at: list[int], amount: list[int]
+) -> list[tuple]:
+    """Per interval, what the memory loop's short paths need: (its limit, NaN unless one known number over the
+    interval's samples; highest usage; first and last sample time; highest amount; whether the sample times never
+    go backwards). Meaningless for an interval without samples."""
+    n_int = len(bounds) - 1
+    out: list[tuple] = [(math.nan, math.nan, 0, 0, 0, False)] * n_int
+    starts, ends = np.asarray(bounds[:-1]), np.asarray(bounds[1:])
+    filled = np.flatnonzero(starts < ends)
+    if not len(filled):
+        return out
+    first = starts[filled]  # each filled interval's samples run from its start to the next filled one's
+    k_lim = lim[kept]
+    top_limit = np.maximum.reduceat(k_lim, first)
+    one_limit = np.where(top_limit == np.minimum.reduceat(k_lim, first), top_limit, np.nan).tolist()
+    backwards = [b < a for a, b in zip(at, at[1:])]  # Python ints: Go's clock does not fit an int64
+    reversals = np.concatenate([[0], np.cumsum(backwards, dtype=np.int64)])  # time going backwards among the first j samples
+    forward = (reversals[ends[filled] - 1] == reversals[first]).tolist()
+    peak_usage = np.maximum.reduceat(usage[kept], first).tolist()
+    peak_amount = np.maximum.reduceat(np.asarray(amount, dtype=np.int64), first).tolist()
+    for c, i in enumerate(filled.tolist()):
+        out[i] = (one_limit[c], peak_usage[c], at[bounds[i]], at[bounds[i + 1] - 1], peak_amount[c], forward[c])
+    return out
 
 
 def allocate(

@@ -455,6 +455,10 @@ class _ExponentialBuckets:
         ]
         self._cache: dict[float, int] = {}
 
+    def upper_edge(self, b: int) -> float:
+        """What a percentile falling in bucket ``b`` reports: the next bucket's start (the last bucket's own)."""
+        return self.starts[b + 1] if b < len(self.starts) - 1 else self.starts[b]
+
     def find_bucket(self, value: float) -> int:
         b = self._cache.get(value)
         if b is None:
@@ -484,11 +488,15 @@ class _DecayingHistogram:
         self.max_bucket = 0
         self.half_life_ns = half_life_ns
         self.reference_ns = 0  # Go's zero time
+        self.version = 0  # changes with every change of the weights: a percentile stays valid while it does not
+        self._factor_at: int | None = None  # the time of the last decay factor computed, and that factor
+        self._factor = 1.0
 
     # -- plain histogram --
     def _add(self, value: float, weight: float) -> None:
         b = self.buckets.find_bucket(value)
         w = self.weights
+        self.version += 1
         w[b] += weight
         self.total += weight
         if b < self.min_bucket and w[b] >= _EPSILON:
@@ -498,6 +506,7 @@ class _DecayingHistogram:
 
     def _subtract(self, value: float, weight: float) -> None:
         b = self.buckets.find_bucket(value)
+        self.version += 1
         self.total -= weight
         if self.total < _EPSILON:
             self.total = 0.0
@@ -517,6 +526,7 @@ class _DecayingHistogram:
 
     def _scale(self, factor: float) -> None:
         w = self.weights
+        self.version += 1
         for b in range(self.min_bucket, self.max_bucket + 1):  # only the live range, as VPA
             w[b] *= factor
         self.total *= factor
@@ -539,17 +549,20 @@ class _DecayingHistogram:
             if partial >= threshold:
                 break
             bucket += 1
-        starts = self.buckets.starts
-        return starts[bucket + 1] if bucket < len(starts) - 1 else starts[bucket]
+        return self.buckets.upper_edge(bucket)
 
     # -- decay --
     def _decay_factor(self, t_ns: int) -> float:
         if t_ns > self.reference_ns + self.half_life_ns * _MAX_DECAY_EXPONENT:
             self._shift_reference(t_ns)
-        return _go_exp2(float(_sub(t_ns, self.reference_ns)) / float(self.half_life_ns))
+        if t_ns != self._factor_at:  # memory peaks all land at their window's end: one factor per window
+            self._factor_at = t_ns
+            self._factor = _go_exp2(float(_sub(t_ns, self.reference_ns)) / float(self.half_life_ns))
+        return self._factor
 
     def _shift_reference(self, new_ref_ns: int) -> None:
         new_ref_ns = _round_time(new_ref_ns, self.half_life_ns)
+        self._factor_at = None
         exponent = math.floor(float(_sub(self.reference_ns, new_ref_ns)) / float(self.half_life_ns) + 0.5)
         self._scale(_go_ldexp(1.0, int(exponent)))
         self.reference_ns = new_ref_ns
@@ -559,6 +572,12 @@ class _DecayingHistogram:
 
     def subtract_sample(self, value: float, weight: float, t_ns: int) -> None:
         self._subtract(value, weight * self._decay_factor(t_ns))
+
+    def replace_sample(self, old: float, new: float, weight: float, t_ns: int) -> None:
+        """:meth:`subtract_sample` of ``old`` then :meth:`add_sample` of ``new``, at the same time (one decay factor)."""
+        w = weight * self._decay_factor(t_ns)
+        self._subtract(old, w)
+        self._add(new, w)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -625,6 +644,7 @@ class VpaRecommender:
         self._memory_peak = 0
         self._oom_peak = 0
         self.oom_events = 0
+        self._targets: dict[tuple[str, float], int] = {}  # (resource, percentile's value) -> target amount
 
     # ---- feeding ----
     def add_sample(self, t_seconds: float, cpu_cores: float | None = None, mem_bytes: float | None = None) -> tuple[bool, bool]:
@@ -684,6 +704,24 @@ class VpaRecommender:
                     continue
             self._add_memory(t, usage, False)
 
+    def add_quiet_memory_run(self, first_ns: int, last_ns: int, peak: int) -> bool:
+        """:meth:`add_memory_run` of a run of samples known by its first and last time (times not decreasing in
+        between) and its highest amount, when that run changes nothing but the last sample time (every sample
+        within the current memory window, none above its peak): then record that and return True; else change
+        nothing and return False (feed the samples)."""
+        if not self._last_mem_ns <= first_ns <= last_ns < self._window_end_ns:
+            return False
+        top = max(self._memory_peak, self._oom_peak)
+        if peak > top and top != 0:
+            return False
+        self._last_mem_ns = last_ns
+        return True
+
+    @property
+    def state_version(self) -> int:
+        """A number that changes whenever the histograms do: targets asked again before it changes are the same."""
+        return self._cpu.version + self._mem.version
+
     def record_oom_at(self, t_ns: int, mem_bytes_request: float) -> None:
         """:meth:`record_oom` at a time already in VPA's clock (:meth:`time_ns`)."""
         self._record_oom(t_ns, mem_bytes_request)
@@ -715,12 +753,12 @@ class VpaRecommender:
         self._last_mem_ns = t_ns
         if self._window_end_ns == 0:
             self._window_end_ns = t_ns
-        add_new_peak = False
         if t_ns < self._window_end_ns:
             old_max = max(self._memory_peak, self._oom_peak)
-            if old_max != 0 and usage > old_max:
-                self._mem.subtract_sample(float(old_max), _MEMORY_PEAK_WEIGHT, self._window_end_ns)
-                add_new_peak = True
+            if old_max == 0 or usage <= old_max:
+                return True
+            # a new peak of the current window replaces the old one, both weighed at the window's end
+            self._mem.replace_sample(float(old_max), float(usage), _MEMORY_PEAK_WEIGHT, self._window_end_ns)
         else:
             d = _sub(t_ns, self._window_end_ns)
             iv = self._mem_interval_ns
@@ -728,13 +766,11 @@ class VpaRecommender:
             self._window_end_ns += shift
             self._memory_peak = 0
             self._oom_peak = 0
-            add_new_peak = True
-        if add_new_peak:
             self._mem.add_sample(float(usage), _MEMORY_PEAK_WEIGHT, self._window_end_ns)
-            if is_oom:
-                self._oom_peak = usage
-            else:
-                self._memory_peak = usage
+        if is_oom:
+            self._oom_peak = usage
+        else:
+            self._memory_peak = usage
         return True
 
     def _record_oom(self, t_ns: int, request_bytes: float) -> None:
@@ -767,17 +803,24 @@ class VpaRecommender:
 
     def _with_margin(self, resource: str, pct: float) -> int:
         """The ``pct`` percentile plus the safety margin, in millicores or bytes (no minimum yet)."""
-        if resource == "cpu":
-            base = _resource_amount(self._cpu.percentile(pct) * 1000.0)
-        else:
-            base = _resource_amount(self._mem.percentile(pct))
+        return self._margin_added(resource, (self._cpu if resource == "cpu" else self._mem).percentile(pct))
+
+    def _margin_added(self, resource: str, value: float) -> int:
+        base = _resource_amount(value * 1000.0) if resource == "cpu" else _resource_amount(value)
         return base + _scale_resource(base, self.params.safety_margin_fraction)
 
     def _target_amount(self, resource: str, percentile: float | None = None) -> int:
         pct = percentile
         if pct is None:
             pct = self.params.target_cpu_percentile if resource == "cpu" else self.params.target_memory_percentile
-        return max(self._with_margin(resource, pct), self._min_amount(resource))
+        return self._target_of(resource, (self._cpu if resource == "cpu" else self._mem).percentile(pct))
+
+    def _target_of(self, resource: str, value: float) -> int:
+        """The target amount for a percentile's ``value``: margin added, then the pod minimum imposed."""
+        amount = self._targets.get((resource, value))  # a percentile is one of the buckets' edges: few values
+        if amount is None:
+            amount = self._targets[(resource, value)] = max(self._margin_added(resource, value), self._min_amount(resource))
+        return amount
 
     def target(self, resource: str, percentile: float | None = None) -> float | None:
         """The target of one resource (``"cpu"`` in cores, ``"mem"`` in bytes), equal to
@@ -832,6 +875,90 @@ class VpaRecommender:
             cpu_upper=cpu_u / 1000.0,
             mem_upper=float(mem_u),
         )
+
+
+_ENDS_PER_BLOCK = 4096  # cpu_targets answers this many ends at a time
+
+
+def cpu_targets(
+    times_ns: Sequence[int], millicores: Sequence[int], ends: Sequence[int], percentiles: Sequence[float], params: VpaParams
+) -> np.ndarray:
+    """The CPU target (cores) that a :class:`VpaRecommender` fed CPU samples ``0 .. e - 1`` of these lists (VPA's
+    clock and units, :meth:`~VpaRecommender.time_ns`, :meth:`~VpaRecommender.cpu_amount`) gives at each ``e`` of
+    ``ends`` (ascending), for each percentile: shape ``(len(percentiles), len(ends))``, NaN before its first sample.
+
+    Why not feed a recommender: a replay asks at every interval start and for every percentile of a knob grid,
+    and a CPU sample does not depend on any decision. Here each sample's bucket and decayed weight is computed
+    once, each bucket's weight at each end is a running sum in sample order (the recommender's own additions in
+    its own order, so the same doubles), and a percentile is the first bucket whose cumulative weight in bucket
+    order reaches ``p * total``, for every end at once. A trace longer than 100 half-lives (the histogram
+    re-bases and rescales its weights mid-trace) is fed to a recommender instead."""
+    ends_arr = np.asarray(ends, dtype=np.int64)
+    asked = [float(q) for q in percentiles]
+    out = np.full((len(asked), len(ends_arr)), np.nan)
+    accepted, last = [], 0
+    for j, t in enumerate(times_ns):  # VPA drops a sample not later than the last one it took
+        if t > last:
+            accepted.append(j)
+            last = t
+    if not accepted:
+        return out
+    half_life = _seconds_to_ns(params.cpu_half_life_s)
+    horizon = half_life * _MAX_DECAY_EXPONENT
+    first = times_ns[accepted[0]]
+    reference = _round_time(first, half_life) if first > horizon else 0  # the first sample's re-base of an empty histogram
+    if last > reference + horizon:
+        return _fed_cpu_targets(times_ns, millicores, ends_arr, asked, params)
+    buckets = _buckets(params.cpu_histogram_max_cores, params.cpu_histogram_first_bucket_cores, params.histogram_bucket_growth)
+    bucket = np.array([buckets.find_bucket(float(millicores[j]) / 1000.0) for j in accepted])
+    hl = float(half_life)
+    weight = np.array([_MIN_SAMPLE_WEIGHT * _go_exp2(float(times_ns[j] - reference) / hl) for j in accepted])
+    fed = np.searchsorted(np.asarray(accepted), ends_arr, side="left")  # samples taken before each end
+    running_total = np.cumsum(weight)
+    live = np.unique(bucket)
+    runs = []  # per bucket in use: its samples' positions among the accepted ones, and its running weight
+    for b in live:
+        mine = np.flatnonzero(bucket == b)
+        runs.append((mine, np.cumsum(weight[mine])))
+    column = np.arange(len(live))
+    has = fed > 0
+    chosen = np.zeros((len(asked), len(ends_arr)), dtype=np.int64)
+    for lo in range(0, len(ends_arr), _ENDS_PER_BLOCK):  # memory bounded by a block of ends x the buckets in use
+        block = fed[lo:lo + _ENDS_PER_BLOCK]
+        per_bucket = np.zeros((len(block), len(live)))
+        for c, (mine, running) in enumerate(runs):
+            taken = np.searchsorted(mine, block, side="left")
+            per_bucket[:, c] = np.where(taken > 0, running[np.maximum(taken - 1, 0)], 0.0)
+        cumulative = np.cumsum(per_bucket, axis=1)  # in bucket order; a bucket without weight adds 0.0, as VPA's loop
+        seen = per_bucket > 0.0  # every sample weighs >= 0.1 * 2**-0.5, far above the histogram's epsilon
+        lowest = seen.argmax(axis=1)
+        highest = len(live) - 1 - seen[:, ::-1].argmax(axis=1)
+        in_range = (column >= lowest[:, None]) & (column < highest[:, None])
+        total = running_total[np.maximum(block - 1, 0)]
+        for i, q in enumerate(asked):
+            reached = (cumulative >= (q * total)[:, None]) & in_range
+            chosen[i, lo:lo + len(block)] = live[np.where(reached.any(axis=1), reached.argmax(axis=1), highest)]
+    edges, where = np.unique(chosen[:, has], return_inverse=True)  # the target is a function of the percentile's bucket
+    rec = VpaRecommender(params)
+    targets = [rec._target_of("cpu", buckets.upper_edge(b)) / 1000.0 for b in edges.tolist()]
+    out[:, has] = np.asarray(targets)[where.reshape(chosen[:, has].shape)]
+    return out
+
+
+def _fed_cpu_targets(times_ns: Sequence[int], millicores: Sequence[int], ends: np.ndarray, asked: list[float], params: VpaParams) -> np.ndarray:
+    """:func:`cpu_targets` by feeding one recommender sample by sample."""
+    out = np.full((len(asked), len(ends)), np.nan)
+    rec = VpaRecommender(params)
+    j = 0
+    for e, end in enumerate(ends.tolist()):
+        while j < min(end, len(times_ns)):
+            rec.add_cpu_at(times_ns[j], millicores[j])
+            j += 1
+        for i, q in enumerate(asked):
+            target = rec.target("cpu", q)
+            if target is not None:
+                out[i, e] = target
+    return out
 
 
 def _trunc_mod(d: int, m: int) -> int:
