@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -33,6 +34,15 @@ def test_partition_pruning_and_optimize(cfg, export, spark, lake, tmp_path):
     assert 0 < len(one_day.inputFiles()) < len(all_files)
     plan = one_service._jdf.queryExecution().executedPlan().toString()
     assert "PartitionFilters: [" in plan and "service#" in plan.split("PartitionFilters: [")[1].split("]")[0]
+
+    # statistics on the columns readers filter on (pod_id, ts) and nothing else; a time filter skips the files
+    # of the other run within a partition
+    log = spark.read.json(f"{lake.path('bronze')}/_delta_log/*.json").where("add IS NOT NULL").select("add.stats")
+    stats = [json.loads(r["stats"]) for r in log.collect()]
+    assert {tuple(sorted(st["minValues"])) for st in stats} == {("pod_id", "ts")}
+    first_run = bronze.where((F.col("service") == "a") & (F.col("event_date") == "2019-08-16")
+                             & (F.col("ts") < F.lit("2019-08-16 13:40:00").cast("timestamp")))
+    assert len(first_run.inputFiles()) == 1 and first_run.count() == 5
 
     metrics = lake.optimize("bronze")
     assert metrics["files_removed"] > metrics["files_added"] > 0
