@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from datetime import datetime, timedelta
 
@@ -791,6 +792,46 @@ def test_phase_headroom_stats_in_spark_equal_the_pandas_tables(spark):
             spark_table = got[phase][f"{resource}_headroom"]
             assert spark_table[0] == pytest.approx(table[0]) and spark_table[-1] == pytest.approx(table[-1])
             assert spark_table == sorted(spark_table)
+
+
+def test_phase_jumps_in_spark_equal_container_jumps(spark):
+    """Spark's aggregations give every container's jumps to the bit: gaps in the steps and a first step other than
+    0 (intervals aligned at it), unlabelled steps, unknown usage and limits as null or NaN, a limit unknown at an
+    interval's first step (filled forward, or backward at the container's start), zero limits, limits that
+    change, a one-step container."""
+    from ai4dl.lake.schema import PHASES
+    from ai4dl.policies.fleet import phase_jumps
+
+    rng = np.random.default_rng(11)
+    p = PolicyParams(interval_steps=3)
+    start = datetime(2024, 1, 1)
+    rows, want = [], []
+    for c in range(8):
+        n = 1 if c == 7 else int(rng.integers(20, 80))
+        steps = np.sort(rng.choice(np.arange(n + 20), n, replace=False)) + 5 * c
+        cpu, mem = rng.gamma(2.0, 1.0, n), rng.gamma(2.0, 1e9, n)
+        cpu_lim = rng.choice([4.0, 8.0, 16.0], n)  # limits that change, so a wrong fill shows
+        mem_lim = rng.choice([1e10, 2e10, 3e10], n)
+        for arr in (cpu, mem, cpu_lim, mem_lim):
+            arr[rng.random(n) < 0.15] = np.nan
+        cpu_lim[:5] = np.nan
+        mem_lim[rng.random(n) < 0.05] = 0.0
+        phases = [None if rng.random() < 0.25 else int(rng.integers(0, 3)) for _ in range(n)]
+        pdf = pd.DataFrame({"pod_id": f"p{c}", "service": "s", "ts": [start + timedelta(seconds=30 * int(k)) for k in steps],
+                            "step": steps.astype("int32"), "phase": phases, "cpu_usage_cores": cpu, "cpu_num_cores": cpu_lim,
+                            "mem_current": mem, "mem_limit": mem_lim})
+        want += [tuple(r) for r in container_jumps(pdf, p).itertuples(index=False)]
+
+        def unknown(v):  # null or NaN, both "unknown" to the replay
+            return (None if rng.random() < 0.5 else math.nan) if math.isnan(v) else float(v)
+
+        for r, phase in zip(pdf.itertuples(index=False), phases):
+            rows.append((r.pod_id, r.service, r.ts.to_pydatetime(), int(r.step), phase, None, None,
+                         unknown(r.cpu_usage_cores), unknown(r.cpu_num_cores), unknown(r.mem_current),
+                         unknown(r.mem_limit), None, "m1"))
+    got = [tuple(r) for r in phase_jumps(spark.createDataFrame(rows, PHASES), p.interval_steps).collect()]
+    assert len(want) > 100 and {r[1] for r in want} == {"cpu", "mem"}
+    assert sorted(got) == sorted(want)
 
 
 def test_phase_headroom_live_allocation_is_the_replays():

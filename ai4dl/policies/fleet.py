@@ -15,12 +15,11 @@ from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
 from ai4dl.policies.replay import (
     HEADROOM_LEVELS,
     INPUT_COLUMNS,
-    JUMP_INPUT_COLUMNS,
     KNOBS,
     POLICIES,
     REPLAY_COLUMNS,
+    RESOURCES,
     PolicyParams,
-    container_jumps,
     finite_value,
     knob_grids,
     normalise_stats,
@@ -195,25 +194,67 @@ def phase_fraction_stats(phases_df: DataFrame, quantile: float = 0.95, accuracy:
     return {int(r["phase"]): {"cpu_fraction": finite_value(r["cpu"]), "mem_fraction": finite_value(r["mem"])} for r in rows}
 
 
+def _known(column: str) -> Any:
+    """The column with NaN as null: the replay reads usage and limits with NaN for unknown, which pandas' max and
+    fill skip and Spark's treat as a number (the largest)."""
+    return F.when(~F.isnan(column), F.col(column))
+
+
+def phase_jumps(phases_df: DataFrame, interval_steps: int) -> DataFrame:
+    """Every container's :func:`~ai4dl.policies.replay.container_jumps` rows (``phase bigint, resource string,
+    jump double``), computed by Spark's own aggregations rather than shipping every step to Python: per
+    container and interval of steps (aligned at the container's first step, as the replay aligns them) the
+    maximum usage, the last labelled phase and the limits at its ends; then, over each container's intervals in
+    order, the phase before the interval, the limit at its first step (forward-, then back-filled, as the replay
+    fills an unknown limit) and ``(max_i - max_{i-1}) / limit``, the same double operations as
+    :func:`~ai4dl.policies.replay.jumps_of`. Steps are unique within a container (the window stage numbers them,
+    the stream counts on)."""
+    length = int(interval_steps)
+    steps = phases_df.select("pod_id", "step", "phase", *[c for r in RESOURCES.values() for c in r])
+    firsts = steps.groupBy("pod_id").agg(F.min("step").alias("_first"))  # one row per container
+    per_step = steps.join(F.broadcast(firsts), "pod_id").withColumn(
+        "_iv", F.floor((F.col("step") - F.col("_first")) / length))
+    known_phase_step = F.when(F.col("phase").isNotNull(), F.col("step"))
+    aggs = [F.first("_first").alias("_first"), F.max_by("phase", known_phase_step).alias("_last_phase")]
+    for r, (usage, limit) in RESOURCES.items():
+        lim = _known(limit)
+        lim_step = F.when(lim.isNotNull(), F.col("step"))  # the steps whose limit is known
+        aggs += [F.max(_known(usage)).alias(f"_{r}_max"), F.min(lim_step).alias(f"_{r}_lim0_step"),
+                 F.min_by(lim, lim_step).alias(f"_{r}_lim0"), F.max_by(lim, lim_step).alias(f"_{r}_lim1")]
+    intervals = per_step.groupBy("pod_id", "_iv").agg(*aggs)
+    in_order = Window.partitionBy("pod_id").orderBy("_iv")
+    before = in_order.rowsBetween(Window.unboundedPreceding, -1)
+    after = in_order.rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    adjacent = F.lag("_iv").over(in_order) == F.col("_iv") - 1
+    start = F.col("_first") + F.col("_iv") * length
+    cols = [F.last("_last_phase", ignorenulls=True).over(before).alias("phase")]
+    for r in RESOURCES:
+        limit = F.coalesce(F.when(F.col(f"_{r}_lim0_step") == start, F.col(f"_{r}_lim0")),
+                           F.last(f"_{r}_lim1", ignorenulls=True).over(before),
+                           F.first(f"_{r}_lim0", ignorenulls=True).over(after))
+        rise = F.col(f"_{r}_max") - F.lag(f"_{r}_max").over(in_order)
+        cols.append(F.when(adjacent & (limit != 0), rise / limit).alias(r))
+    jumps = intervals.select(*cols).where(F.col("phase").isNotNull())
+    return (
+        jumps.select(F.col("phase").cast("bigint").alias("phase"),
+                     F.explode(F.array(*[F.struct(F.lit(r).alias("resource"), F.col(r).alias("jump")) for r in RESOURCES])).alias("_j"))
+        .select("phase", "_j.resource", "_j.jump")
+        .where(~F.isnan("jump") & (F.abs("jump") != float("inf")))  # null (no jump) drops out here too
+    )
+
+
 def phase_headroom_stats(
     phases_df: DataFrame, params: PolicyParams | None = None, accuracy: int = 10_000
 ) -> dict[int, dict[str, list[float]]]:
     """``{phase: {"cpu_headroom": [...], "mem_headroom": [...]}}``: per phase, the quantiles at
     :data:`~ai4dl.policies.replay.HEADROOM_LEVELS` of the interval-to-interval jumps of usage (as a share of the
-    limit) seen after that phase, which ``phase.headroom`` allocates from. The jumps are computed per container
-    in the executors (:func:`~ai4dl.policies.replay.container_jumps`, the replay's own interval rule) and
-    reduced per (phase, resource) by one approximate-percentile aggregation: only k x 2 rows reach the driver.
+    limit) seen after that phase, which ``phase.headroom`` allocates from: the jumps of :func:`phase_jumps`
+    reduced per (phase, resource) by one approximate-percentile aggregation; only k x 2 rows reach the driver.
     Give it the training containers only."""
     params = params or PolicyParams()
-
-    def jumps(pdf: pd.DataFrame) -> pd.DataFrame:
-        return container_jumps(pdf, params)
-
     levels = F.array(*[F.lit(float(q)) for q in HEADROOM_LEVELS])
     rows = (
-        # not spread over more tasks: the approximate percentiles' answers depend on how the jumps are split
-        phases_df.select(*JUMP_INPUT_COLUMNS).groupBy("pod_id")
-        .applyInPandas(jumps, "phase bigint, resource string, jump double")
+        phase_jumps(phases_df, int(params.interval_steps))
         .groupBy("phase", "resource")
         .agg(F.percentile_approx("jump", levels, accuracy).alias("quantiles"))
         .collect()

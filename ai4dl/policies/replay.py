@@ -144,8 +144,6 @@ _PANDAS_DTYPES = {"bigint": "int64", "double": "float64"}
 
 # PHASES columns a replay needs (activations and the rest are not shipped to the Python workers).
 INPUT_COLUMNS = ("pod_id", "service", "ts", "step", "phase", "cpu_usage_cores", "cpu_num_cores", "mem_current", "mem_limit")
-# What container_jumps reads: no timestamps (the jumps are per interval of steps) and no service.
-JUMP_INPUT_COLUMNS = tuple(c for c in INPUT_COLUMNS if c not in ("service", "ts"))
 
 
 @dataclass(frozen=True)
@@ -403,7 +401,8 @@ JUMP_COLUMNS: tuple[str, ...] = ("phase", "resource", "jump")
 
 def container_jumps(pdf: pd.DataFrame, params: PolicyParams | None = None) -> pd.DataFrame:
     """:func:`jumps_of` for both resources of one container's ``PHASES`` rows, read as the replay reads them
-    (:func:`replay_frame`): columns :data:`JUMP_COLUMNS`, one row per (interval, resource)."""
+    (:func:`replay_frame`): columns :data:`JUMP_COLUMNS`, one row per (interval, resource). The fleet's jumps come
+    from Spark's aggregations (:func:`ai4dl.policies.fleet.phase_jumps`), tested equal to this."""
     params = params or PolicyParams()
     if pdf is None or len(pdf) == 0:
         return pd.DataFrame({"phase": pd.Series(dtype="int64"), "resource": pd.Series(dtype="object"),
