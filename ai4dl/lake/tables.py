@@ -173,16 +173,13 @@ class Lake:
     def merge_new(self, name: str, df: DataFrame, *, target_filter: str | None = None, create: bool = True,
                   record_version: bool = True) -> "MergeOutcome":
         s = spec(name)
-        if create:
-            self.ensure(name)
         return merge_new(df, self.path(name), s.schema, list(s.key), s.partition_by, target_filter=target_filter,
-                         create=False, record_version=record_version)
+                         create=create, record_version=record_version, properties=s.table_properties)
 
     def upsert_newer(self, name: str, df: DataFrame, order: str, *, create: bool = True) -> "MergeOutcome":
         s = spec(name)
-        if create:
-            self.ensure(name)
-        return upsert_newer(df, self.path(name), s.schema, list(s.key), order, s.partition_by, create=False)
+        return upsert_newer(df, self.path(name), s.schema, list(s.key), order, s.partition_by, create=create,
+                            properties=s.table_properties)
 
     def ensure(self, name: str) -> None:
         """Create the table (declared schema, partitioning, properties) unless it exists."""
@@ -454,6 +451,7 @@ class MergeOutcome:
 def merge_new(
     df: DataFrame, path: str, schema: StructType, key: list[str], partition_by: Iterable[str] = (), *,
     target_filter: str | None = None, create: bool = True, record_version: bool = True,
+    properties: dict[str, str] | None = None,
 ) -> MergeOutcome:
     """Insert the rows of ``df`` whose key is not in the table yet; create the table on first write.
 
@@ -465,14 +463,15 @@ def merge_new(
     ``target_filter``: a condition on the table's rows (``t.``) that every row sharing a key with ``df`` meets,
     e.g. ``t.ts >= '<the batch's oldest ts>'``: Delta then skips the files outside it (their min/max
     statistics), so a small MERGE into a large table reads what it may match, not the table. ``create=False``
-    skips the existence check (the caller made the table); ``record_version=False`` skips reading the history
-    for the version committed (``version`` is then None).
+    skips the existence check (the caller made the table); ``properties``: the Delta properties a table created
+    here gets; ``record_version=False`` skips reading the history for the version committed (``version`` is then
+    None).
     """
     from delta.tables import DeltaTable
 
     spark = df.sparkSession
     if create:
-        ensure_table(spark, path, schema, partition_by)
+        ensure_table(spark, path, schema, partition_by, properties)
     df = df.select(*schema.fieldNames())
     cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in key)
     if target_filter:
@@ -502,7 +501,7 @@ def merge_new(
 
 def upsert_newer(
     df: DataFrame, path: str, schema: StructType, key: list[str], order: str, partition_by: Iterable[str] = (), *,
-    create: bool = True,
+    create: bool = True, properties: dict[str, str] | None = None,
 ) -> MergeOutcome:
     """One row per ``key``: insert a new key, replace a stored row only by one whose ``order`` column is greater.
 
@@ -515,7 +514,7 @@ def upsert_newer(
 
     spark = df.sparkSession
     if create:
-        ensure_table(spark, path, schema, partition_by)
+        ensure_table(spark, path, schema, partition_by, properties)
     df = df.select(*schema.fieldNames())
     cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in key)
     for attempt in range(MERGE_RETRIES):
