@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from ai4dl.errors import ConfigError, InputError
-from ai4dl.traces.prometheus import PrometheusClient, chunks, parse_time
+from ai4dl.durations import parse_time
+from ai4dl.traces.prometheus import PrometheusClient, chunks
 
 pytestmark = pytest.mark.prometheus
 

@@ -37,16 +37,15 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import socket
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from ai4dl.durations import parse_duration, parse_time
 from ai4dl.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,22 +62,6 @@ COLUMNS = (
 )
 DEFAULT_SELECTOR = 'container!="",container!="POD",image!=""'
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, None: 1.0}
-
-
-def parse_duration(text: str | float | int) -> float:
-    """Seconds of a Prometheus-style duration (``10s``, ``1m``, ``500ms``, ``2h``; a bare number is seconds).
-
-    >>> parse_duration("10s"), parse_duration("1m"), parse_duration("500ms"), parse_duration(30)
-    (10.0, 60.0, 0.5, 30.0)
-    """
-    m = _DURATION.match(str(text))
-    if not m or float(m.group(1)) <= 0:
-        raise InputError(f"{text!r} is not a duration (e.g. 10s, 1m, 500ms, 2h)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
 def promql_duration(seconds: float) -> str:
     """A duration as PromQL writes it in a range selector (whole milliseconds).
 
@@ -86,30 +69,6 @@ def promql_duration(seconds: float) -> str:
     ('300000ms', '500ms')
     """
     return f"{int(round(seconds * 1000))}ms"
-
-
-def parse_time(text: str | float | int, now: float | None = None) -> float:
-    """Epoch seconds of ``now``, ``now-6h``, epoch seconds, or an ISO-8601 time (UTC unless it says otherwise).
-
-    >>> parse_time("2019-08-16T13:30:20Z"), parse_time("1565962220"), parse_time("now-1m", now=1000.0)
-    (1565962220.0, 1565962220.0, 940.0)
-    """
-    s = str(text).strip()
-    now = time.time() if now is None else now
-    m = re.match(r"^now\s*(?:-\s*(.+))?$", s)
-    if m:
-        return now - (parse_duration(m.group(1)) if m.group(1) else 0.0)
-    try:
-        return float(s)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(f"{text!r} is not a time (epoch seconds, ISO-8601 such as 2024-05-01T12:00:00Z, or now-6h)") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
 
 
 def chunks(start: float, end: float, step: float, max_points: int = MAX_POINTS) -> list[tuple[float, float]]:
@@ -200,7 +159,7 @@ def queries(selector: str = DEFAULT_SELECTOR, rate_range: str = "5m") -> dict[st
     """The PromQL of every series read, by role."""
     by = "by (" + ", ".join(KEYS) + ")"
     sel = "{" + selector + "}"
-    window = promql_duration(parse_duration(rate_range))
+    window = promql_duration(parse_duration(rate_range, positive=True))
     return {
         "cpu_cores": f"sum {by} (irate(container_cpu_usage_seconds_total{sel}[{window}]))",
         "cpu_limit": f"max {by} ((container_spec_cpu_quota{sel} > 0) / container_spec_cpu_period{sel})",
@@ -299,7 +258,7 @@ def to_rows(results: dict[str, list[dict[str, Any]]], service_label: str = "name
 
 def fetch_rows(client: PrometheusClient, settings: PrometheusConfig, start: float, end: float) -> list[dict[str, str]]:
     """Every cAdvisor series of the range, as export rows (see :func:`to_rows`)."""
-    step = parse_duration(settings.step)
+    step = parse_duration(settings.step, positive=True)
     qs = queries(settings.selector, settings.rate_range)
     if settings.service_label not in KEYS:
         qs["mem_current_labels"] = f"container_memory_usage_bytes{{{settings.selector}}}"
@@ -332,5 +291,5 @@ def ingest_prometheus(lake: Lake, ingest_settings: IngestConfig, settings: Prome
 
 __all__ = [
     "COLUMNS", "DEFAULT_SELECTOR", "MAX_POINTS", "PrometheusClient", "chunks", "fetch_rows", "ingest_prometheus",
-    "parse_duration", "parse_time", "queries", "to_rows",
+    "queries", "to_rows",
 ]
