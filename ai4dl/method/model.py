@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
-import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ai4dl import __version__
+from ai4dl import __version__, versioned
 from ai4dl.errors import ModelError
 from ai4dl.method.crbm import CRBMWeights
 from ai4dl.method.scaler import Scaler
 
 FORMAT = "ai4dl-phase-model/1"
-MANIFEST = "manifest.json"
+MANIFEST = versioned.MANIFEST
 SCALER_FILE = "scaler.json"
 WEIGHTS_FILE = "weights.safetensors"
 
@@ -111,47 +107,29 @@ class PhaseModel:
         return replace(self, info={**self.info, **info})
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def save(model: PhaseModel, directory: str | Path) -> Path:
-    """Write the model to ``directory`` (which must not exist yet), atomically."""
+    """Write the model to ``directory`` (which must not exist yet), atomically (:func:`ai4dl.versioned.write`)."""
     from safetensors.numpy import save_file
 
-    target = Path(directory)
-    if target.exists():
-        raise ModelError(f"model directory {target} already exists; models are immutable, save a new version")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    def write_files(tmp: Path) -> list[str]:
         (tmp / SCALER_FILE).write_text(model.scaler.to_json())
         save_file({k: np.ascontiguousarray(v) for k, v in model.arrays().items()}, str(tmp / WEIGHTS_FILE))
-        manifest = {
-            "format": FORMAT,
-            "model_id": model.model_id,
-            "features": list(model.features),
-            "n_visible": model.crbm.n_visible,
-            "n_hidden": model.crbm.n_hidden,
-            "n_history": model.n_history,
-            "history_layout": "time-major, oldest first: index t*n_visible + f for steps t-n..t-1",
-            "k": model.k,
-            "refinements": {str(p): list(ids) for p, (_, ids) in model.refinements.items()},
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "ai4dl_version": __version__,
-            "info": model.info,
-            "files": {name: _sha256(tmp / name) for name in (SCALER_FILE, WEIGHTS_FILE)},
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True, default=str))
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+        return [SCALER_FILE, WEIGHTS_FILE]
+
+    return versioned.write(directory, write_files, {
+        "format": FORMAT,
+        "model_id": model.model_id,
+        "features": list(model.features),
+        "n_visible": model.crbm.n_visible,
+        "n_hidden": model.crbm.n_hidden,
+        "n_history": model.n_history,
+        "history_layout": "time-major, oldest first: index t*n_visible + f for steps t-n..t-1",
+        "k": model.k,
+        "refinements": {str(p): list(ids) for p, (_, ids) in model.refinements.items()},
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "ai4dl_version": __version__,
+        "info": model.info,
+    })
 
 
 def load(directory: str | Path) -> PhaseModel:
@@ -160,26 +138,8 @@ def load(directory: str | Path) -> PhaseModel:
     from safetensors.numpy import load_file
 
     d = Path(directory)
-    if not d.is_dir():
-        raise ModelError(f"model directory {d} does not exist")
     manifest_path = d / MANIFEST
-    if not manifest_path.is_file():
-        raise ModelError(f"{manifest_path}: missing; not a model directory")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{manifest_path}: not valid JSON ({exc})") from None
-    if manifest.get("format") != FORMAT:
-        raise ModelError(f"{manifest_path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
-    for name, digest in manifest.get("files", {}).items():
-        path = d / name
-        if not path.is_file():
-            raise ModelError(f"{path}: missing")
-        if _sha256(path) != digest:
-            raise ModelError(f"{path}: checksum mismatch (file truncated or edited after the model was saved)")
-    for name in (SCALER_FILE, WEIGHTS_FILE):
-        if name not in manifest.get("files", {}):
-            raise ModelError(f"{manifest_path}: does not list {name}")
+    manifest = versioned.read_manifest(d, FORMAT, (SCALER_FILE, WEIGHTS_FILE))
     try:
         scaler = Scaler.from_json((d / SCALER_FILE).read_text())
     except (ValueError, TypeError) as exc:
@@ -211,15 +171,8 @@ def load(directory: str | Path) -> PhaseModel:
     return model
 
 
-_VERSION = re.compile(r"^v(\d{4,})$")
-
-
 def versions(root: str | Path, name: str) -> list[Path]:
-    base = Path(root) / name
-    if not base.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in base.iterdir() if (m := _VERSION.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
+    return versioned.versions(root, name)
 
 
 def info_of(root: str | Path, model_id: str) -> dict | None:
@@ -236,20 +189,9 @@ def info_of(root: str | Path, model_id: str) -> dict | None:
 
 
 def latest_version(root: str | Path, name: str) -> Path:
-    found = versions(root, name)
-    if not found:
-        raise ModelError(f"no model versions under {Path(root) / name}; train or import one first")
-    return found[-1]
+    return versioned.latest_version(root, name)
 
 
 def save_version(model: PhaseModel, root: str | Path, name: str) -> Path:
     """Save as the next version ``vNNNN`` of ``name``; an identical model already saved is not duplicated."""
-    found = versions(root, name)
-    if found:
-        try:
-            if load(found[-1]).model_id == model.model_id:
-                return found[-1]
-        except ModelError:
-            pass
-    number = int(found[-1].name[1:]) + 1 if found else 1
-    return save(model, Path(root) / name / f"v{number:04d}")
+    return versioned.save_version(root, name, model.model_id, lambda d: load(d).model_id, lambda d: save(model, d))
