@@ -75,14 +75,19 @@ def _parser() -> argparse.ArgumentParser:
                     "(same validation and quarantine as `ingest`) and labelled (stream.input)")
 
     rc = sub.add_parser("recommendations", parents=[common], help="the live recommendations as Kubernetes objects (YAML)")
-    rc.add_argument("--format", default="vpa", choices=["vpa", "patch"],
-                    help="vpa: a VerticalPodAutoscaler per container, the recommendation in its status; "
-                    "patch: a strategic-merge patch of the container's resources")
+    rc.add_argument("--format", default="vpa", choices=["vpa", "resize", "patch"],
+                    help="vpa: a VerticalPodAutoscaler per container targeting its owner, the recommendation in its "
+                    "status; resize: the body of the pod's resize subresource (Kubernetes >= 1.33, any owner); "
+                    "patch: a strategic-merge patch of a Deployment's or StatefulSet's pod template (not a Job's: "
+                    "its template is immutable)")
+    rc.add_argument("--owner-kind", default="Job", choices=["Job", "Deployment", "StatefulSet"],
+                    help="the kind of workload the containers run in (default Job)")
+    rc.add_argument("--update-mode", default="Off",
+                    choices=["Off", "Initial", "Recreate", "Auto", "InPlaceOrRecreate", "InPlace"],
+                    help="vpa: spec.updatePolicy.updateMode (default Off: publish the recommendation only)")
     rc.add_argument("--out", help="output YAML file (default: standard output)")
-    rc.add_argument("--namespace", help="metadata.namespace of the VPA objects")
-    rc.add_argument("--target-kind", default="Job", help="kind of the workload a VPA targets (default Job)")
-    rc.add_argument("--target-api-version", default="batch/v1", help="its apiVersion (default batch/v1)")
-    rc.add_argument("--container", help="container name in the pod (default: the service name)")
+    rc.add_argument("--namespace", help="the objects' namespace")
+    rc.add_argument("--container", help="container name in the pod (default: from pod_id <pod>/<container>, else the service name)")
 
     d = sub.add_parser("demo", parents=[common], help="generate -> ingest -> window -> train -> label -> behaviour -> policies -> report")
     d.add_argument("--input", help="ingest these traces instead of generating a fleet")
@@ -209,15 +214,18 @@ def _log(cfg: Any, args: argparse.Namespace) -> None:
 
 
 def _recommendations(cfg: Any, args: argparse.Namespace) -> None:
-    """Read-only: gold/recommendations as Kubernetes YAML (see ai4dl.policies.k8s)."""
+    """Read-only: gold/recommendations as Kubernetes YAML (see ai4dl.policies.k8s), within the bounds of the
+    policy model that allocated them."""
     from ai4dl.lake.session import get_spark
     from ai4dl.lake.tables import Lake
     from ai4dl.policies.k8s import render
+    from ai4dl.policies.model import resolve
 
     lake = Lake.for_config(get_spark(cfg), cfg)
     rows = [r.asDict() for r in lake.read("recommendations").orderBy("pod_id").collect()]
-    text = render(rows, args.format, target_kind=args.target_kind, target_api_version=args.target_api_version,
-                  namespace=args.namespace, container=args.container)
+    model, _ = resolve(cfg.policies, cfg.lake.models)
+    text = render(rows, args.format, owner_kind=args.owner_kind, update_mode=args.update_mode,
+                  namespace=args.namespace, container=args.container, bounds=model.bounds)
     if args.out:
         from pathlib import Path
 

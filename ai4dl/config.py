@@ -6,7 +6,7 @@ key, a value of the wrong type or out of range is a :class:`ConfigError` naming 
 is allowed, so ``--set train.k=abc`` fails in a second rather than deep inside training.
 
 >>> cfg = load_config(overrides=["train.k=7", "window.n_history=2"])
->>> cfg.train.k, cfg.window.n_history, cfg.window.split.train_fraction
+>>> cfg.train.k, cfg.window.n_history, cfg.window.train_fraction
 (7, 2, 0.8)
 >>> load_config(overrides=["train.k=abc"])
 Traceback (most recent call last):
@@ -19,20 +19,20 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 import yaml
 
-from ai4dl.errors import ConfigError
-from ai4dl.lake.columns import METRICS, lake_name
-from ai4dl.method.features import BEHAVIOUR_FEATURES
-from ai4dl.method.split import ContainerSplit
+from ai4dl.durations import parse_duration, parse_time
+from ai4dl.errors import ConfigError, InputError
+from ai4dl.lake.columns import BEHAVIOUR_FEATURES, DERIVED_FEATURES, METRICS, lake_name
 
 
 def _key(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: float | None = None,
@@ -44,8 +44,31 @@ def _key(default: Any = dataclasses.MISSING, *, lo: float | None = None, hi: flo
     return field(default=default, metadata=meta)
 
 
+class _Section:
+    """A config section: every field is coerced to its declared type and checked against its declared range or
+    choices when the section is built, from YAML or from code alike (``PoliciesConfig(k_std=-1)`` fails as
+    ``--set policies.k_std=-1`` does). A section that checks more (several fields together) extends
+    ``__post_init__`` and calls this one first."""
+
+    section: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        hints = _hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            coerced = _coerce(self.section, f, hints[f.name], value)
+            if coerced is not value:
+                object.__setattr__(self, f.name, coerced)
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 @dataclass(frozen=True)
-class SparkConfig:
+class SparkConfig(_Section):
+    section: ClassVar[str] = "spark"
     master: str = "local[*]"
     app_name: str = "ai4dl"
     shuffle_partitions: int = _key(8, lo=1)
@@ -71,17 +94,20 @@ def _check_folder(key: str, value: str) -> None:
 
 
 @dataclass(frozen=True)
-class LakeConfig:
+class LakeConfig(_Section):
+    section: ClassVar[str] = "lake"
     root: str = "data/lake"
     models: str = "data/models"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_folder("lake.root", self.root)
         _check_folder("lake.models", self.models)
 
 
 @dataclass(frozen=True)
-class IngestConfig:
+class IngestConfig(_Section):
+    section: ClassVar[str] = "ingest"
     input: str | None = None
     format: str = _key("csv", choices=("csv", "parquet", "delta", "prometheus"))  # prometheus: see that section
     # "auto": each file's own delimiter, detected from its header (",", ";", tab or "|"); or one character.
@@ -91,6 +117,7 @@ class IngestConfig:
     max_usage_factor: float = _key(10.0, lo=0, lo_open=True)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # A tab is hard to type in YAML or a shell: "\\t" and "tab" mean it too.
         delimiter = {"\\t": "\t", "tab": "\t"}.get(self.delimiter, self.delimiter)
         if delimiter != "auto" and (len(delimiter) != 1 or delimiter in ('"', "\n", "\r")):
@@ -101,10 +128,11 @@ class IngestConfig:
 
 
 @dataclass(frozen=True)
-class PrometheusConfig:
+class PrometheusConfig(_Section):
     """Ingest from a Prometheus server's cAdvisor series (``ai4dl ingest --from prometheus URL``); see
     :mod:`ai4dl.traces.prometheus` for the mapping to the export's columns."""
 
+    section: ClassVar[str] = "prometheus"
     url: str | None = None
     start: str | None = None  # epoch seconds, ISO-8601 or now-6h
     end: str = "now"
@@ -119,12 +147,10 @@ class PrometheusConfig:
     timeout_seconds: float = _key(30.0, lo=0, lo_open=True)
 
     def __post_init__(self) -> None:
-        from ai4dl.errors import InputError
-        from ai4dl.traces.prometheus import parse_duration, parse_time
-
+        super().__post_init__()
         for key in ("step", "rate_range"):
             try:
-                parse_duration(getattr(self, key))
+                parse_duration(getattr(self, key), positive=True)
             except InputError:
                 raise ConfigError(f"prometheus.{key}: {getattr(self, key)!r} is not allowed: a duration such as 10s, 1m, 500ms") from None
         for key in ("start", "end"):
@@ -137,7 +163,8 @@ class PrometheusConfig:
 
 
 @dataclass(frozen=True)
-class GenerateConfig:
+class GenerateConfig(_Section):
+    section: ClassVar[str] = "generate"
     containers: int = _key(120, lo=1)
     steps: int = _key(400, lo=1)
     seed: int = 7
@@ -148,7 +175,8 @@ class GenerateConfig:
 
 
 @dataclass(frozen=True)
-class WindowConfig:
+class WindowConfig(_Section):
+    section: ClassVar[str] = "window"
     # The behaviour features (ai4dl.method.features): shares of the limits and rolling spread/change, which
     # phases follow far better than the 8 DLaaS metrics (DEFAULT_FEATURES, still accepted). README "Method notes".
     features: tuple[str, ...] = BEHAVIOUR_FEATURES
@@ -161,9 +189,9 @@ class WindowConfig:
     scaler_from_model: str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # Source (dotted, as in the export) and lake (snake_case) names are both accepted; the lake's are kept.
-        from ai4dl.method.features import DERIVED
-
+        DERIVED = DERIVED_FEATURES
         names = tuple(f if f in DERIVED else lake_name(f) for f in self.features)
         unknown = [f for f, n in zip(self.features, names) if n not in METRICS and n not in DERIVED]
         if unknown or not names:
@@ -176,14 +204,10 @@ class WindowConfig:
             raise ConfigError(f"window.features: {list(self.features)!r} names a feature twice")
         object.__setattr__(self, "features", names)
 
-    @property
-    def split(self) -> ContainerSplit:
-        """The one train/held-out split of containers every stage uses."""
-        return ContainerSplit(self.train_fraction, self.split_seed)
-
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(_Section):
+    section: ClassVar[str] = "train"
     n_hidden: int = _key(32, lo=1)
     k: int = _key(5, lo=1)
     cd_k: int = _key(1, lo=1)
@@ -208,12 +232,14 @@ class TrainConfig:
     model_name: str = "ai4dl"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.k_range is not None and not (2 <= self.k_range[0] <= self.k_range[1]):
             raise ConfigError(f"train.k_range: {list(self.k_range)!r} is not allowed: [lo, hi] with 2 <= lo <= hi")
 
 
 @dataclass(frozen=True)
-class LabelConfig:
+class LabelConfig(_Section):
+    section: ClassVar[str] = "label"
     model: str | None = None  # model directory; default: latest version under lake.models/<train.model_name>
     engine: str = _key("arrow", choices=("arrow", "pandas"))  # see ai4dl.method.labelling
     # viterbi: decode each container's phases over its whole trace, a phase change priced at switch_penalty
@@ -228,7 +254,8 @@ class LabelConfig:
 
 
 @dataclass(frozen=True)
-class BehaviourConfig:
+class BehaviourConfig(_Section):
+    section: ClassVar[str] = "behaviour"
     # Runs shorter than this are absorbed by a neighbour: single-step flickers are noise, not phases.
     min_run_steps: int = _key(3, lo=1)
     top_prototypes: int = _key(5, lo=1)
@@ -236,8 +263,22 @@ class BehaviourConfig:
     prototype_depth: int = _key(4, lo=1)
 
 
+# Allocation policies (ai4dl.policies): the replay compares them all, the stream deploys one per resource.
+POLICIES: tuple[str, ...] = (
+    "static", "current.step.max", "current.step.rules", "prev.step.max", "prev.step.rules", "phase.rule",
+    "phase.proactive", "phase.headroom", "vpa",
+)
+# The oracles read the interval they allocate for: they bound what a policy could do, and cannot run live.
+ORACLES: tuple[str, ...] = ("current.step.max", "current.step.rules")
+LIVE_POLICIES: tuple[str, ...] = tuple(p for p in POLICIES if p not in ORACLES)
+
+
 @dataclass(frozen=True)
-class PoliciesConfig:
+class PoliciesConfig(_Section):
+    """Every parameter of the policy replay, its calibration and the fitted policy model, declared once: the
+    ``policies`` section is what :mod:`ai4dl.policies` reads (rules in ``ai4dl/policies/rules.py``)."""
+
+    section: ClassVar[str] = "policies"
     interval_steps: int = _key(10, lo=1)
     k_std: float = _key(2.0, lo=0)  # prev.step.rules' knob
     margin: float = _key(0.15, lo=0)  # phase.rule's and phase.proactive's knob
@@ -250,29 +291,33 @@ class PoliciesConfig:
     # phase.headroom's knob: the quantile of the usage jumps seen after a phase (training containers) added,
     # as a share of the limit, to the previous interval's max.
     headroom_quantile: float = _key(0.9, lo=0, hi=1)
-    # vpa: the real recommender's knobs; the defaults are the "matched" conformance flags (20 min memory).
-    # The service level policies are compared at: each policy's knob is chosen on the training containers so
-    # that this share of steps gets at least its usage, then scored on the held-out containers.
+    # The service level policies are compared at and the policy model is calibrated for: each policy's knob is
+    # chosen on the training containers so that it is reached, then scored on the held-out containers. CPU:
+    # the share of steps whose usage is met (target_fulfilment, or target_fulfilment_cpu). Memory: an OOM
+    # budget, kills per 100 container-hours (an OOM kill is an event: the container dies once and the policy
+    # reacts); or, when target_fulfilment_mem is set (or the budget is null), a share of steps met.
     target_fulfilment: float = _key(0.95, lo=0, hi=1)
-    target_fulfilment_cpu: float | None = _key(None, lo=0, hi=1)  # per resource (default: target_fulfilment)
+    target_fulfilment_cpu: float | None = _key(None, lo=0, hi=1)
     target_fulfilment_mem: float | None = _key(None, lo=0, hi=1)
-    # Memory held to an OOM budget instead: at most this many OOM kills per 100 containers.
-    oom_budget_per_100: float | None = _key(None, lo=0)
+    oom_budget_per_100h: float | None = _key(10.0, lo=0)
     # The knob grid is replayed on at most this many training containers (a fixed, hash-chosen subset of them;
     # None: all), so calibration costs the same on any fleet size; the held-out ones are always all replayed.
     calibration_containers: int | None = _key(1000, lo=1)
+    # vpa: the real recommender's knobs; the defaults are the "matched" conformance flags (20 min memory).
     vpa_percentile: float = _key(0.9, lo=0, hi=1)  # vpa's knob: target percentile of CPU and memory
     vpa_margin: float = _key(0.15, lo=0)  # VPA's own safety margin
     vpa_cpu_half_life_s: float = _key(1200.0, lo=0, lo_open=True)
     vpa_mem_half_life_s: float = _key(1200.0, lo=0, lo_open=True)
     vpa_mem_interval_s: float = _key(1200.0, lo=0, lo_open=True)  # one memory peak per window this long
-    # Seconds per step when a trace has no timestamps (VPA's clock, throttled core-seconds).
+    # Seconds per step when a trace has no timestamps (VPA's clock, throttled core-seconds, container-hours).
     vpa_step_seconds: float = _key(10.0, lo=0, lo_open=True)
+    # The fitted policy model (ai4dl.policies.model): a directory, or the latest version under
+    # <lake.models>/<model_name>, which `ai4dl policies` writes and the stream, recommendations and report read.
+    model: str | None = None
+    model_name: str = "policies"
 
     def __post_init__(self) -> None:
-        if self.oom_budget_per_100 is not None and self.target_fulfilment_mem is not None:
-            raise ConfigError("policies.target_fulfilment_mem and policies.oom_budget_per_100 both set: memory is held "
-                              "to one of them, choose one")
+        super().__post_init__()
         if self.phase_statistic == "absolute" and self.phase_quantile not in (0.5, 0.95, 0.99):
             raise ConfigError(
                 f"policies.phase_quantile: {self.phase_quantile!r} is not allowed with phase_statistic 'absolute': "
@@ -280,16 +325,15 @@ class PoliciesConfig:
             )
 
 
-# The policies that can allocate live: every one but the oracles, which read the interval they allocate for.
-LIVE_POLICIES = ("static", "prev.step.max", "prev.step.rules", "phase.rule", "phase.proactive", "phase.headroom", "vpa")
-
-
 @dataclass(frozen=True)
-class StreamConfig:
+class StreamConfig(_Section):
     """``ai4dl stream``: live phases and recommendations (see :mod:`ai4dl.stream`)."""
 
-    # The policy of the live recommendation, with the policies section's parameters (the replay's code).
-    policy: str = _key("phase.proactive", choices=LIVE_POLICIES)
+    section: ClassVar[str] = "stream"
+    # The policy the stream deploys, with the policy model's calibrated knob: "best", per resource the policy the
+    # model ranks best at its service level (the least allocated among those reaching it on the training
+    # containers), or one live policy for both resources.
+    policy: str = _key("best", choices=("best", *LIVE_POLICIES))
     # availableNow: process what bronze holds, then stop; continuous: a micro-batch every interval_seconds.
     trigger: str = _key("availableNow", choices=("availableNow", "continuous"))
     interval_seconds: float = _key(10.0, lo=0, lo_open=True)
@@ -300,9 +344,6 @@ class StreamConfig:
     # Files admitted per micro-batch. Large on purpose: one commit's files interleave the timestamps of
     # its containers, so a commit split across batches would make its later files' older samples late.
     max_files_per_trigger: int = _key(1_000_000, lo=1)
-    # The lake whose phases give the policy's phase statistics and transitions (the training fleet's, as the
-    # replay's) and the next-phase probabilities; None: this lake.
-    statistics_lake: str | None = None
     # A folder watched for new trace files (ingest.format, read and validated as `ingest` does: same columns,
     # same quarantine); each micro-batch's new files are ingested into bronze, which the stream then labels.
     # Files must appear whole (written elsewhere, then moved in). None: bronze is fed by `ingest` runs.
@@ -314,17 +355,20 @@ class StreamConfig:
 
 
 @dataclass(frozen=True)
-class ReportConfig:
+class ReportConfig(_Section):
+    section: ClassVar[str] = "report"
     dir: str = "data/report"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_folder("report.dir", self.dir)
 
 
 @dataclass(frozen=True)
-class MlflowConfig:
+class MlflowConfig(_Section):
     """MLflow tracking of ``train`` (see :mod:`ai4dl.tracking`); needs ``pip install 'ai4dl[mlflow]'``."""
 
+    section: ClassVar[str] = "mlflow"
     enabled: bool = False
     tracking_uri: str | None = None  # default: the local folder <lake.root>/_mlflow
     experiment: str = "ai4dl"
@@ -458,13 +502,11 @@ def _coerce(section: str, f: dataclasses.Field, hint: Any, value: Any) -> Any:
 
 def _section(name: str, data: Mapping[str, Any]) -> Any:
     cls = SECTIONS[name]
-    hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise ConfigError(f"unknown config key '{name}.{unknown[0]}' (known in '{name}': {', '.join(known)})")
-    values = {k: _coerce(name, known[k], hints[k], v) for k, v in data.items()}
-    return cls(**values)
+    return cls(**data)
 
 
 def from_dict(data: Mapping[str, Any]) -> Config:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ai4dl.config import Config
 from ai4dl.errors import ConfigError
+from ai4dl.method.split import ContainerSplit
 
 STAGES: dict[str, Callable[..., "StageResult"]] = {}
 
@@ -234,7 +235,7 @@ def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Out
     bronze = with_derived(raw, given.features if given else w.features, w.max_gap_seconds)
     if bronze is not raw:
         bronze = bronze.cache()  # the derived features are computed once for the scaler's fit and the windows
-    scaler = given or Scaler.fit(w.split.training(bronze), w.features)
+    scaler = given or Scaler.fit(ContainerSplit.of(w).training(bronze), w.features)
     silver = build_windows(bronze, scaler, w.n_history, w.max_gap_seconds)
     written = lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
     if bronze is not raw:
@@ -284,10 +285,10 @@ def train(cfg: Config, lake: Any) -> _Output:
         require_mlflow()
         tracking_uri(cfg)
     silver, scaler, n_history = _silver(lake)
-    estimator = PhaseEstimator(cfg.train, cfg.window.split)
+    estimator = PhaseEstimator(cfg.train, ContainerSplit.of(cfg.window))
     model = estimator.fit(silver, scaler, n_history)
     model = model.with_info(training_data={**model.info["training_data"], "silver": lake.path("silver")})
-    held_out = cfg.window.split.held_out(silver.where("has_full_history"))
+    held_out = ContainerSplit.of(cfg.window).held_out(silver.where("has_full_history"))
     quality = score(model, held_out, cfg.label.engine, cfg.label.penalty)
     path = str(save_version(model, cfg.lake.models, cfg.train.model_name))
     print(f"train: model {model.model_id}")
@@ -322,7 +323,7 @@ def refine(cfg: Config, lake: Any, phase: int, k: int = 2, model: str | None = N
 
     base, _ = resolve_model(cfg, model)
     silver = lake.read("silver")
-    refined = refine_phase(base, cfg.window.split.training(silver.where("has_full_history")), phase, k, cfg.train.seed)
+    refined = refine_phase(base, ContainerSplit.of(cfg.window).training(silver.where("has_full_history")), phase, k, cfg.train.seed)
     path = str(save_version(refined, cfg.lake.models, cfg.train.model_name))
     print(f"refined phase {phase} into {refined.refinements[phase][1]}: model {refined.model_id} -> {path}")
     return _Output({path: None}, details={"model": refined, "path": path})
@@ -410,78 +411,6 @@ def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
 # --------------------------------------------------------------------------------------------------- policies
 
 
-# The policy inputs of the newest phases, kept for the next stage of the same process (policies, then report).
-_POLICY_INPUTS: dict[tuple, Any] = {}
-
-
-def _per_phases_version(kind: str, cfg: Config, lake: Any, compute: Callable[[], Any]) -> Any:
-    """``compute()``, or its value from an earlier call on the same phases commit and config.
-
-    ``policies`` and ``report`` both derive the phase statistics and transitions of the training containers
-    from the phases table (seconds of Spark jobs on the demo); in one process (``ai4dl demo``, ``ai4dl run``,
-    a notebook) the second stage takes them from here. A commit is named by its version and timestamp, so a
-    table rewritten or recreated since is recomputed. Returns a copy: callers may change what they get.
-    """
-    import copy
-
-    commit = lake.commit("phases")
-    if commit is None:
-        return compute()  # which says the table is missing, as a stage reading it would
-    path = lake.path("phases")
-    key = (kind, path, *commit, cfg.digest)
-    if key not in _POLICY_INPUTS:
-        value = compute()
-        for old in [k for k in _POLICY_INPUTS if k[:2] == key[:2]]:
-            del _POLICY_INPUTS[old]
-        _POLICY_INPUTS[key] = value
-    return copy.deepcopy(_POLICY_INPUTS[key])
-
-
-def policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, Any]]:
-    """Per-phase demand statistics from training containers only: the phase rule must not see the test fleet.
-
-    ``policies.phase_statistic``: ``fraction`` (default) allocates the phase's quantile of usage as a share of
-    each container's own limit; ``absolute`` its quantile in cores and bytes (the gold phase_stats numbers).
-    Each phase's entry also holds ``phase.headroom``'s quantile tables of the usage jumps that follow it.
-    """
-    return _per_phases_version("phase_stats", cfg, lake, lambda: _policy_phase_stats(cfg, lake))
-
-
-def _policy_phase_stats(cfg: Config, lake: Any) -> dict[int, dict[str, Any]]:
-    from pyspark.sql import functions as F
-
-    from ai4dl.behaviour.phase_stats import ALL_SERVICES, phase_statistics
-    from ai4dl.behaviour.sequences import run_lengths
-    from ai4dl.policies.fleet import phase_fraction_stats, phase_headroom_stats
-    from ai4dl.policies.replay import PolicyParams, phase_stats_for_policy
-
-    p = cfg.policies
-    phases = cfg.window.split.training(lake.read("phases"))
-    if p.phase_statistic == "fraction":
-        stats = phase_fraction_stats(phases, p.phase_quantile)
-    else:
-        column = {0.5: "p50", 0.95: "p95", 0.99: "p99"}[p.phase_quantile]  # checked by PoliciesConfig
-        table = phase_statistics(phases, run_lengths(phases)).where(F.col("service") == ALL_SERVICES)
-        stats = phase_stats_for_policy(table.toPandas(), (f"cpu_{column}", f"mem_{column}"))
-    for phase, tables in phase_headroom_stats(phases, PolicyParams.from_config(p)).items():
-        stats.setdefault(phase, {}).update(tables)
-    return stats
-
-
-def policy_transitions(cfg: Config, lake: Any) -> Any:
-    """Phase-transition probabilities of the training containers only (``phase.proactive`` bets on them), as a
-    small pandas ``src, dst, count, probability`` table."""
-    from ai4dl.behaviour.sequences import run_lengths, transition_counts
-
-    def compute() -> Any:
-        runs = _sequences_of_current_phases(cfg, lake)
-        if runs is None:
-            runs = run_lengths(lake.read("phases"), cfg.behaviour.min_run_steps)
-        return transition_counts(cfg.window.split.training(runs)).toPandas()
-
-    return _per_phases_version("transitions", cfg, lake, compute)
-
-
 # What the sequences table was built from (behaviour records it with the data): the phases commit and smoothing.
 PROP_SEQUENCES_PHASES = "ai4dl.phases_commit"
 PROP_SEQUENCES_MIN_RUN = "ai4dl.min_run_steps"
@@ -491,92 +420,92 @@ def _commit_text(commit: tuple[int, str] | None) -> str | None:
     return None if commit is None else f"{commit[0]}@{commit[1]}"
 
 
-def _sequences_of_current_phases(cfg: Config, lake: Any) -> Any:
-    """The sequences table when behaviour built it from the newest phases commit with the configured smoothing
-    (run lengths are per container, so its training containers' rows are theirs), else None: recompute then."""
-    if not lake.exists("sequences"):
+def _sequences_of(cfg: Config, lake: Any, commit: tuple[int, str] | None) -> Any:
+    """The sequences table when behaviour built it from the phases ``commit`` with the configured smoothing (run
+    lengths are per container, so its training containers' rows are theirs), else None: recompute then."""
+    if commit is None or not lake.exists("sequences"):
         return None
     version = lake.version("sequences")
     props = lake.properties("sequences")
-    fresh = (props.get(PROP_SEQUENCES_PHASES) == _commit_text(lake.commit("phases"))
+    fresh = (props.get(PROP_SEQUENCES_PHASES) == _commit_text(commit)
              and props.get(PROP_SEQUENCES_MIN_RUN) == str(int(cfg.behaviour.min_run_steps)))
     if not fresh or lake.version("sequences") != version:  # rewritten while we looked: do not mix the two
         return None
     return lake.read("sequences", version=version)
 
 
-def _next_phase_scores(cfg: Config, lake: Any, transitions: Any) -> dict[str, float]:
+def _next_phase_scores(runs: Any, transitions: Any) -> dict[str, float]:
     """How often the training transitions predict a held-out container's next phase (micro F1 over run ends)."""
-    from ai4dl.policies.replay import f1_scores, next_phase_f1
+    from ai4dl.policies.nextphase import f1_scores, next_phase_f1
 
-    if not lake.exists("sequences"):
-        return {}
-    runs = cfg.window.split.held_out(lake.read("sequences")).select("pod_id", "run", "phase").toPandas()
+    pdf = runs.select("pod_id", "run", "phase").toPandas()
     counts = {"boundaries": 0, "predicted": 0, "correct": 0}
-    for _, pod in runs.sort_values(["pod_id", "run"]).groupby("pod_id"):
+    for _, pod in pdf.sort_values(["pod_id", "run"]).groupby("pod_id"):
         scores = next_phase_f1(pod["phase"].tolist(), transitions)
         for k in counts:
             counts[k] += int(scores[k])
     return {**counts, **f1_scores(**counts)}
 
 
-def calibration_containers(cfg: Config, train: Any) -> tuple[Any, int | None]:
-    """The training containers the knob grid is replayed on: all of them, or, on a fleet with more than
-    ``policies.calibration_containers``, a fixed hash-chosen subset of about that many (then also how many
-    training containers there are). A knob is one number per policy chosen from fleet totals: a thousand
-    containers settle it, and calibration then costs the same at 10 million rows as at one."""
-    cap = cfg.policies.calibration_containers
-    if cap is None:
-        return train, None
-    n = train.select("pod_id").distinct().count()
-    if n <= cap:
-        return train, None
-    return cfg.window.split.training_sample(train, cap / n), n
+def resolve_policy_model(cfg: Config) -> tuple[Any, str]:
+    """The policy model a consumer uses: ``policies.model``, or the latest one ``ai4dl policies`` saved."""
+    from ai4dl.policies.model import resolve
+
+    return resolve(cfg.policies, cfg.lake.models)
 
 
-@stage("policies")
+@stage("policies", writes=("models",))
 def policies(cfg: Config, lake: Any) -> _Output:
-    """Replay the held-out containers under every policy, and compare them at one service level.
+    """Fit the policy model on the training containers, score it on the held-out ones, write the gold tables.
 
-    Writes ``policy_replay`` (each policy at its configured parameters), ``policy_frontier`` (the held-out
-    replay over every knob value) and ``policy_calibration`` (each policy's knob chosen on the training
-    containers for ``policies.target_fulfilment``, scored held out); prints the calibrated table first.
+    The model (:class:`ai4dl.policies.model.PolicyModel`: phase statistics, transitions, every family's knob
+    calibrated for the service level, the policy deployed per resource) is saved as a new version under
+    ``<lake.models>/<policies.model_name>``. Then ``policy_frontier`` (the held-out replay over every knob value),
+    ``policy_replay`` (each policy at its calibrated knob) and ``policy_calibration`` (the comparison, printed:
+    what the stream will deploy marked).
     """
-    from ai4dl.policies.calibration import calibrate, format_calibration
-    from ai4dl.policies.fleet import frontier_totals, replay_at_params, replay_fleet, replay_fleet_grid, summarise
-    from ai4dl.policies.replay import PolicyParams, ServiceLevel, format_summary
+    from ai4dl.policies.calibration import calibrate
+    from ai4dl.policies.fleet import frontier_totals, replay_at_knobs, replay_fleet_grid
+    from ai4dl.policies.formatting import format_comparison, format_next_phase
+    from ai4dl.policies.model import PolicyEstimator, save_version
 
-    params = PolicyParams.from_config(cfg.policies)
-    stats = policy_phase_stats(cfg, lake)
-    transitions = policy_transitions(cfg, lake)
-    phases = lake.read("phases")
-    split = cfg.window.split
+    p = cfg.policies
+    commit = lake.commit("phases")
+    phases = lake.read("phases", version=commit[0] if commit else None)
+    phase_model_id = lake.properties("phases").get("ai4dl.model_id")
+    split = ContainerSplit.of(cfg.window)
     train, test = split.training(phases), split.held_out(phases)
-    if test.limit(1).count() == 0:  # a tiny fleet may have no held-out container: replay all of it
-        print("policies: no held-out containers; replaying the whole fleet")
+    if test.limit(1).count() == 0:  # a tiny fleet may have no held-out container: score on all of it
+        print("policies: no held-out containers; scoring on the whole fleet")
         test = phases
-    frontier = lake.overwrite("policy_frontier", replay_fleet_grid(test, params, stats, transitions))
-    at_params = replay_at_params(lake.read("policy_frontier"), params)  # the frontier holds every policy at params
-    written = {"policy_replay": lake.overwrite(
-        "policy_replay", at_params if at_params is not None else replay_fleet(test, params, stats, transitions)),
-        "policy_frontier": frontier}
-    held_totals = frontier_totals(lake.read("policy_frontier"))
-    calibrating, training_containers = calibration_containers(cfg, train)
-    train_totals = frontier_totals(replay_fleet_grid(calibrating, params, stats, transitions))
-    table = calibrate(train_totals, held_totals, ServiceLevel.from_config(cfg.policies))
-    if training_containers is not None:
-        print(f"policies: knobs chosen on {int(train_totals['containers'].max())} of {training_containers} training "
-              f"containers (policies.calibration_containers={cfg.policies.calibration_containers})")
+    sequences = _sequences_of(cfg, lake, commit)
+    estimator = PolicyEstimator(p, split, cfg.behaviour.min_run_steps)
+    model = estimator.fit(train, runs=None if sequences is None else split.training(sequences),
+                          phase_model_id=phase_model_id,
+                          data_version={"phases": lake.path("phases"), "version": commit[0] if commit else None,
+                                        "timestamp": commit[1] if commit else None})
+    path = str(save_version(model, cfg.lake.models, p.model_name))
+    frontier = lake.overwrite("policy_frontier", replay_fleet_grid(test, p, model.phase_stats, model.transitions))
+    frontier_df = lake.read("policy_frontier")
+    written = {"policy_replay": lake.overwrite("policy_replay", replay_at_knobs(frontier_df, model.knob_table())),
+               "policy_frontier": frontier}
+    held_totals = frontier_totals(frontier_df)
+    table = calibrate(model.training_frame(), held_totals, model.level, deployed=model.best, chosen=model.training_frame())
     written["policy_calibration"] = lake.overwrite("policy_calibration", lake.spark.createDataFrame(table, _schema("policy_calibration")))
-    print(format_calibration(table))
-    scores = _next_phase_scores(cfg, lake, transitions)
-    if scores:
-        print(f"phase.proactive: next phase predicted at {scores['correct']} of {scores['boundaries']} held-out run ends "
-              f"(precision {scores['precision']:.2f}, recall {scores['recall']:.2f}, F1 {scores['f1']:.2f})")
-    summary = summarise(lake.read("policy_replay")).toPandas()
-    print(format_summary(summary))
+    print(format_comparison(table, header=f"policy model {model.model_id} -> {path} (phase model {phase_model_id})"))
+    scores = {}
+    if sequences is not None:
+        scores = _next_phase_scores(split.held_out(sequences), model.transitions)
+        print(f"phase.proactive: {format_next_phase(scores)}")
+    details: dict[str, Any] = {"model": model, "path": path, "calibration": table, "frontier": held_totals, "next_phase": scores}
+    if cfg.mlflow.enabled:
+        from ai4dl.tracking import log_policies
+
+        logged = log_policies(cfg, model, path, table)
+        print(f"policies: logged to MLflow run {logged['run_id']} ({logged['tracking_uri']})")
+        details["mlflow"] = logged
     rows = {name: _rows(lake, name, w) for name, w in written.items()}
-    return _Output(rows, {name: w.version for name, w in written.items()}, details={"summary": summary, "calibration": table, "frontier": held_totals, "next_phase": scores})
+    return _Output({path: None, **rows}, {name: w.version for name, w in written.items()}, details=details)
 
 
 def _rows(lake: Any, name: str, written: Any) -> int:
@@ -593,40 +522,27 @@ def _schema(name: str) -> Any:
 # --------------------------------------------------------------------------------------------------- live
 
 
-def live_inputs(cfg: Config, model: Any, model_id: str) -> Any:
-    """What the live stream needs besides its data (:class:`ai4dl.stream.online.Live`): the model and the
-    policy's inputs, computed as the policies stage computes them, from ``stream.statistics_lake`` (default this
-    lake). The next-phase prediction reads that lake's gold transitions when they exist (all containers), else
-    the policy's (training containers). A lake without phases yet gives no statistics: the phase policies then
-    allocate the limit, as the replay does for a phase without a statistic."""
+def live_inputs(cfg: Config, model: Any, model_id: str, policy_model: Any, policy_path: str) -> Any:
+    """What the live stream needs besides its data (:class:`ai4dl.stream.online.Live`): the phase model and the
+    deployed policies of the policy model (``stream.policy``: its best per resource, or one policy), refused in
+    one line when the policy model was fitted on another phase model's phases."""
     from ai4dl.behaviour.naming import names_of
     from ai4dl.errors import ModelError
-    from ai4dl.lake.columns import METRICS
-    from ai4dl.lake.tables import Lake
-    from ai4dl.method.features import DERIVED
-    from ai4dl.policies.replay import PolicyParams, normalise_transitions
+    from ai4dl.lake.columns import DERIVED_FEATURES, METRICS
+    from ai4dl.policies.live import Deployment
+    from ai4dl.policies.model import check_phase_model
     from ai4dl.stream.online import Live
 
     if model.n_history != cfg.window.n_history:
         raise ModelError(f"model has n_history {model.n_history}, window.n_history is {cfg.window.n_history}")
-    unknown = [f for f in model.features if f not in METRICS and f not in DERIVED]
+    unknown = [f for f in model.features if f not in METRICS and f not in DERIVED_FEATURES]
     if unknown:
         raise ModelError(f"model features {unknown} are neither bronze metric columns nor derived features")
-    from ai4dl.lake.session import get_spark
-
-    stats_lake = Lake(get_spark(cfg), cfg.stream.statistics_lake or cfg.lake.root)
-    stats: dict = {}
-    transitions: dict = {}
-    nxt: dict = {}
-    if stats_lake.exists("phases"):
-        stats = policy_phase_stats(cfg, stats_lake)
-        transitions = normalise_transitions(policy_transitions(cfg, stats_lake))
-        nxt = normalise_transitions(stats_lake.read("transitions")) if stats_lake.exists("transitions") else transitions
-    names = names_of(model.info)
+    check_phase_model(policy_model, policy_path, model_id)
     return Live(
-        model=model, model_id=model_id, n_history=cfg.window.n_history, max_gap_seconds=cfg.window.max_gap_seconds,
-        policy=cfg.stream.policy, params=PolicyParams.from_config(cfg.policies), phase_stats=stats,
-        transitions=transitions, next_phase=nxt, phase_names=names,
+        model=model, model_id=model_id, n_history=cfg.window.n_history,
+        deployment=Deployment.of(policy_model, cfg.stream.policy), max_gap_seconds=cfg.window.max_gap_seconds,
+        next_phase=policy_model.next_phase, phase_names=names_of(model.info),
     )
 
 
@@ -649,16 +565,26 @@ def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: boo
     run_id = tables.session_commit_info(spark).get(tables.RUN_ID_KEY, "-")
     started = tables.utc_now()
 
-    def current_model() -> str:
-        return str(model or cfg.label.model or latest_version(cfg.lake.models, cfg.train.model_name))
+    def current_model() -> tuple[str, str]:
+        """The phase model and the policy model to use now (asked at every micro-batch boundary: a new version
+        of either restarts the query with it)."""
+        from ai4dl.policies.model import latest_version as latest_policy
 
-    def prepare(path: str) -> Any:
-        phase_model = load(path)
-        return live_inputs(cfg, phase_model, phase_model.model_id)
+        phase = str(model or cfg.label.model or latest_version(cfg.lake.models, cfg.train.model_name))
+        return phase, str(cfg.policies.model or latest_policy(cfg.lake.models, cfg.policies.model_name))
 
-    def on_model(path: str, model_id: str) -> None:
-        print(f"stream: model {model_id} from {path}")
-        tables.log_event(lake, run_id, "stream", cfg.digest, started, "model", f"model {model_id} from {path}")
+    def prepare(paths: tuple[str, str]) -> Any:
+        from ai4dl.policies.model import load as load_policies
+
+        phase_model = load(paths[0])
+        return live_inputs(cfg, phase_model, phase_model.model_id, load_policies(paths[1]), paths[1])
+
+    def on_model(paths: tuple[str, str], live: Any) -> None:
+        d = live.deployment
+        text = (f"model {live.model_id} from {paths[0]}; policy model {d.model_id} from {paths[1]} deploys "
+                f"cpu {d.policies['cpu']}, mem {d.policies['mem']}")
+        print(f"stream: {text}")
+        tables.log_event(lake, run_id, "stream", cfg.digest, started, "model", text)
 
     if cfg.label.penalty is not None:
         print("stream: phases are labelled step by step as samples arrive; label.smoothing 'viterbi' decodes whole "
@@ -711,9 +637,9 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     from pyspark.sql import functions as F
 
     from ai4dl.behaviour.phase_stats import ALL_SERVICES
+    from ai4dl.errors import ModelError
     from ai4dl.lake.columns import POD_ID
     from ai4dl.policies.fleet import summarise
-    from ai4dl.policies.replay import PolicyParams
     from ai4dl.reporting import plots
     from ai4dl.reporting.html import Section, write_report
 
@@ -725,14 +651,15 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     sample = phases.where(F.col("phase").isNotNull()).select("phase", "cpu_usage_cores", "mem_current")
     total = sample.count()
     sample_pdf = sample.sample(fraction=min(1.0, 200_000 / max(total, 1)), seed=1).toPandas()
-    params = PolicyParams.from_config(cfg.policies)
-    stats = policy_phase_stats(cfg, lake)
+    try:
+        policy_model, _ = resolve_policy_model(cfg)
+    except ModelError:
+        policy_model = None  # no `ai4dl policies` yet: the curves use the configured knobs, no phase statistics
     images = {
         "trace": plots.plot_trace_phases(one, out_dir / "trace_phases.png", title=f"Container {pod} by phase",
                                          names=labelling_phase_names(cfg, lake)),
         "box": plots.plot_phase_boxplots(sample_pdf, out_dir / "phase_boxplots.png"),
-        "curves": plots.plot_policy_curves(one, out_dir / "policy_curves.png", params, phase_stats=stats,
-                                           transitions=policy_transitions(cfg, lake)),
+        "curves": plots.plot_policy_curves(one, out_dir / "policy_curves.png", policy_model),
     }
     sections = [Section("A container's life by phase", f"Container {pod}: CPU and memory, coloured by phase.", images=[images["trace"]])]
     sections.append(Section("What each phase uses", "CPU cores and memory per phase, and how common each phase is.", images=[images["box"]]))
@@ -743,20 +670,29 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     meta: dict[str, Any] = {"lake": cfg.lake.root, "labelled steps": total}
     if lake.exists("policy_calibration") and lake.exists("policy_frontier"):
         from ai4dl.policies.fleet import frontier_totals
+        from ai4dl.policies.formatting import format_comparison
 
         calibration = lake.read("policy_calibration").toPandas()
         target = {r: (None if t != t else float(t)) for r, t in zip(calibration["resource"], calibration["target_fulfilment"])}
         frontier = plots.plot_frontier(frontier_totals(lake.read("policy_frontier")), calibration,
                                        out_dir / "frontier.png", target)
+        images_policies = [frontier, images["curves"]]
+        if lake.exists("policy_replay"):
+            images_policies.insert(1, plots.plot_savings(summarise(lake.read("policy_replay")).toPandas(), out_dir / "savings.png"))
+        shown = calibration[["resource", "policy", "knob_name", "knob", "deployed", "reached", "fulfilment",
+                             "savings_vs_static", "savings_vs_vpa", "savings_vs_prev_rules", "oom_kills_per_100h",
+                             "throttled_core_seconds", "hours"]].rename(columns={
+                                 "fulfilment": "steps met", "oom_kills_per_100h": "OOM kills per 100 container-h",
+                                 "throttled_core_seconds": "throttled core-s", "hours": "container-h"})
         sections.append(Section(
             "Policies at one service level",
-            "Each policy's knob chosen on the training containers for the target fulfilment, then scored on the "
-            "held-out containers; the frontier shows every knob value.",
-            table=calibration.round(4), images=[frontier]))
-    if lake.exists("policy_replay"):
-        summary = summarise(lake.read("policy_replay")).toPandas()
-        savings = plots.plot_savings(summary, out_dir / "savings.png")
-        sections.append(Section("Policies at their configured parameters", "Allocated vs used over the test containers.", table=summary.round(4), images=[savings, images["curves"]]))
+            "Each policy's knob chosen on the training containers for the service level, then scored on the held-out "
+            "containers (" + format_comparison(calibration).splitlines()[0].split(";")[0] + "); 'deployed' is what "
+            "`ai4dl stream` allocates with. Memory: an OOM kill is an event the policy reacts to. The frontier shows "
+            "every knob value; the curves one container's allocations at the calibrated knobs.",
+            table=shown.round(4), images=images_policies))
+        if policy_model is not None:
+            meta["policy model"] = policy_model.model_id
     train_report = out_dir / "train_report.json"
     if train_report.exists():
         meta.update({k: v for k, v in json.loads(train_report.read_text()).items() if not isinstance(v, (list, dict))})
@@ -805,6 +741,6 @@ def _save_json(path: Path, data: Any) -> None:
 
 __all__ = [
     "STAGES", "StageResult", "behaviour", "demo", "generate", "import_reference_model", "ingest", "label",
-    "labelling_phase_names", "live_inputs", "optimize", "policies", "policy_phase_stats", "refine", "report", "resolve_model", "run",
+    "labelling_phase_names", "live_inputs", "optimize", "policies", "refine", "report", "resolve_model", "resolve_policy_model", "run",
     "run_many", "stream", "stream_checkpoint", "train", "window",
 ]

@@ -136,4 +136,32 @@ def log_training(cfg: Config, model: PhaseModel, model_path: str, report: dict[s
     return {"run_id": run.info.run_id, "model_uri": info.model_uri, "tracking_uri": uri, "experiment": cfg.mlflow.experiment}
 
 
-__all__ = ["log_pyfunc", "log_training", "metrics", "params", "require_mlflow", "tracking_uri"]
+def log_policies(cfg: Config, model: Any, model_path: str, table: Any, run_name: str | None = None) -> dict[str, str]:
+    """One MLflow run of a fitted policy model (``ai4dl policies`` with ``mlflow.enabled``): the calibrated knob
+    of every policy and resource and the service level as parameters, the held-out comparison (``table``, the
+    gold ``policy_calibration`` rows) as metrics, the model directory as artifacts. Returns ``{"run_id",
+    "tracking_uri", "experiment"}``."""
+    mlflow = require_mlflow()
+    uri = tracking_uri(cfg)
+    _use(mlflow, uri)
+    mlflow.set_experiment(cfg.mlflow.experiment)
+    from ai4dl import __version__
+
+    values: dict[str, Any] = {f"service_level.{k}": v for k, v in model.level.as_dict().items()}
+    values.update({f"knob.{policy}.{resource}": v for (policy, resource), v in model.knob_table().items()})
+    values.update({f"deployed.{r}": p for r, p in model.best.items()})
+    values.update({"policy_model_id": model.model_id, "phase_model_id": model.phase_model_id, "model_path": model_path})
+    with mlflow.start_run(run_name=run_name) as run:
+        mlflow.set_tags({"ai4dl.version": __version__, "ai4dl.policy_model_id": model.model_id,
+                         "ai4dl.phase_model_id": str(model.phase_model_id), "ai4dl.config_digest": cfg.digest})
+        mlflow.log_params(values)
+        for r in table.itertuples(index=False):
+            for metric in ("savings_vs_static", "fulfilment", "oom_kills_per_100h", "throttled_core_seconds"):
+                value = getattr(r, metric)
+                if value is not None and value == value:
+                    mlflow.log_metric(f"{r.policy}.{r.resource}.{metric}", float(value))
+        mlflow.log_artifacts(str(model_path), artifact_path="policy_model")
+    return {"run_id": run.info.run_id, "tracking_uri": uri, "experiment": cfg.mlflow.experiment}
+
+
+__all__ = ["log_policies", "log_pyfunc", "log_training", "metrics", "params", "require_mlflow", "tracking_uri"]

@@ -64,6 +64,7 @@ def main(argv=None) -> int:
     from ai4dl.lake.session import get_spark
     from ai4dl.lake.tables import Lake
     from ai4dl.method.quality import phase_quality
+    from ai4dl.method.split import ContainerSplit
 
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
     spark = get_spark(cfg)
     trained, train_seconds = label_fleet(cfg, spark, args.fleet, "parquet")
     lake = Lake.for_config(spark, cfg)
-    held = cfg.window.split.held_out(lake.read("phases")).where("phase IS NOT NULL AND behaviour IS NOT NULL")
+    held = ContainerSplit.of(cfg.window).held_out(lake.read("phases")).where("phase IS NOT NULL AND behaviour IS NOT NULL")
     pdf = held.select("behaviour", "phase").toPandas()
     result = phase_quality(pdf["behaviour"].tolist(), pdf["phase"].tolist())
     result.update(train_seconds=round(train_seconds, 1), model=trained.details["path"],
@@ -81,6 +82,7 @@ def main(argv=None) -> int:
     print(f"\nheld-out containers {result['held_out_containers']}, steps {result['steps']}: "
           f"ARI {result['ari']:.3f}, NMI {result['nmi']:.3f}; training {train_seconds:.0f}s")
     from ai4dl.behaviour.naming import phase_name
+    from ai4dl.method.split import ContainerSplit
 
     info = trained.details["model"].info
     result["phase_names"] = info.get("phase_names", {})
@@ -89,7 +91,7 @@ def main(argv=None) -> int:
         print(f"{name:<26} {b['steps']:>8} {b['phase']:>10} {b['purity']:>7.1%}  {phase_name(info, b['phase'])}")
     if args.stability_seed is not None:
         other = stages.train(cfg.replace(train={"seed": args.stability_seed}), spark).details["model"]
-        windows = cfg.window.split.held_out(lake.read("silver").where("has_full_history"))
+        windows = ContainerSplit.of(cfg.window).held_out(lake.read("silver").where("has_full_history"))
         theirs = other.transform(windows, engine=cfg.label.engine, switch_penalty=cfg.label.penalty).select("pod_id", "ts", F.col("phase").alias("b"))
         pair = held.select("pod_id", "ts", F.col("phase").alias("a")).join(theirs, ["pod_id", "ts"]).toPandas()
         agreement = phase_quality(pair["a"].tolist(), pair["b"].tolist())["ari"]

@@ -47,6 +47,17 @@ def test_train_logs_run_and_pyfunc_labels_like_the_batch_stage(cfg, spark, lake,
     assert merged["phase_batch"].isna().sum() == 4 * 3  # the first n_history steps of each container
     assert merged["phase_pyfunc"].astype("Int64").equals(merged["phase_batch"].astype("Int64"))
 
+    # the policy model fitted on those phases is logged too: its knobs, service level and held-out scores
+    fitted = stages.policies(c.replace(policies={"interval_steps": 5}), spark).details
+    run = mlflow.MlflowClient(store).get_run(fitted["mlflow"]["run_id"])
+    model = fitted["model"]
+    assert run.data.tags["ai4dl.policy_model_id"] == model.model_id and run.data.params["phase_model_id"] == model.phase_model_id
+    assert run.data.params["knob.vpa.mem"] == str(model.knobs["vpa"]["mem"])
+    assert run.data.params["deployed.cpu"] == model.best["cpu"]
+    assert "vpa.mem.oom_kills_per_100h" in run.data.metrics and "prev.step.rules.cpu.savings_vs_static" in run.data.metrics
+    files = {f.path for f in mlflow.MlflowClient(store).list_artifacts(run.info.run_id, "policy_model")}
+    assert files == {"policy_model/manifest.json", "policy_model/policy.json"}
+
 
 def test_metrics_include_ari_and_k_report():
     class Stub:  # metrics() reads info only

@@ -136,6 +136,7 @@ def test_serving_and_the_stream_compute_the_same_derived_windows(decoded, dlaas_
     """The pyfunc path (label_traces) and the stream's step (advance) label the raw traces as the batch
     labels silver, derived features included (undecoded: they label step by step)."""
     from ai4dl.method.serving import label_traces
+    from ai4dl.policies.live import Deployment
     from ai4dl.stream.online import Live, advance
 
     sample = pd.read_csv(dlaas_sample)
@@ -147,7 +148,8 @@ def test_serving_and_the_stream_compute_the_same_derived_windows(decoded, dlaas_
     pd.testing.assert_series_equal(merged["phase_served"].astype("Int64"), merged["phase_batch"].astype("Int64"),
                                    check_names=False)
 
-    live = Live(model=decoded.model, model_id=decoded.model.model_id, n_history=decoded.cfg.window.n_history)
+    live = Live(model=decoded.model, model_id=decoded.model.model_id, n_history=decoded.cfg.window.n_history,
+                deployment=Deployment.limits())
     pod = sample[sample["pod.id"] == "exec1"].rename(columns=lambda c: c.replace(".", "_")).rename(columns={"timestamp": "ts"})
     pod["ts"] = pd.to_datetime(pod["ts"], unit="s")
     pod["behaviour"], pod["source_file"], pod["ingested_at"] = None, "f", pod["ts"]
@@ -173,6 +175,7 @@ def test_a_zero_limit_leaves_steps_unlabelled_instead_of_misread(decoded, dlaas_
     """A share of a zero limit is not a number: those windows get no phase (serving and the stream, as silver)
     rather than features that read as a perfectly steady container."""
     from ai4dl.method.serving import label_traces
+    from ai4dl.policies.live import Deployment
     from ai4dl.stream.online import Live, advance
 
     sample = pd.read_csv(dlaas_sample)
@@ -180,7 +183,8 @@ def test_a_zero_limit_leaves_steps_unlabelled_instead_of_misread(decoded, dlaas_
     served = label_traces(decoded.model, sample)
     assert served[served["pod_id"] == "exec1"]["phase"].isna().all()
     assert served[served["pod_id"] != "exec1"]["phase"].notna().sum() > 0
-    live = Live(model=decoded.model, model_id=decoded.model.model_id, n_history=decoded.cfg.window.n_history)
+    live = Live(model=decoded.model, model_id=decoded.model.model_id, n_history=decoded.cfg.window.n_history,
+                deployment=Deployment.limits())
     pod = sample[sample["pod.id"] == "exec1"].rename(columns=lambda c: c.replace(".", "_")).rename(columns={"timestamp": "ts"})
     pod["ts"] = pd.to_datetime(pod["ts"], unit="s")
     pod["behaviour"], pod["source_file"], pod["ingested_at"] = None, "f", pod["ts"]

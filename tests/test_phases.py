@@ -14,6 +14,7 @@ from ai4dl.lake.tables import Lake
 from ai4dl.method.clustering import adjusted_rand_index, fit_centers, fit_centers_local
 from ai4dl.method.labelling import label_arrays
 from ai4dl.method.model import ModelError, PhaseModel
+from ai4dl.method.split import ContainerSplit
 from ai4dl.method.training import PhaseEstimator, refine
 from ai4dl.method.windowing import silver_scaler
 from ai4dl.traces.synthetic import generate_fleet, write_fleet
@@ -90,7 +91,7 @@ def test_training_is_deterministic_under_a_seed(spark, fleet):
 
 def test_refinement_splits_one_phase_and_keeps_the_others(spark, fleet):
     lake, model = fleet.lake, fleet.model
-    training = fleet.cfg.window.split.training(lake.read("silver").where("has_full_history"))
+    training = ContainerSplit.of(fleet.cfg.window).training(lake.read("silver").where("has_full_history"))
     refined = refine(model, training, phase=0, k_sub=2, seed=fleet.cfg.train.seed)
     assert refined.refinements[0][1] == (0, 4) and refined.phase_ids == [0, 1, 2, 3, 4]
     silver = lake.read("silver").where("has_full_history").limit(2000).toPandas()

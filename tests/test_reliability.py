@@ -113,6 +113,15 @@ def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice)
         "policies": {"policy_replay", "policy_frontier", "policy_calibration"},
     }
     digest = cfg.digest
+    policy_models = [r for r in by_job["policies"] if "policies/v" in r["table"]]  # the fitted model, by directory
+    assert len(policy_models) == 2
+    from ai4dl.policies.model import load as load_policies
+
+    # each round fitted the same numbers; the second on the phases the second label committed (its data version)
+    fitted = [load_policies(r["table"]).as_dict() for r in sorted(policy_models, key=lambda r: r["finished_at"])]
+    assert fitted[0]["data_version"]["version"] < fitted[1]["data_version"]["version"]
+    assert {k: v for k, v in fitted[0].items() if k != "data_version"} == {k: v for k, v in fitted[1].items() if k != "data_version"}
+    by_job["policies"] = [r for r in by_job["policies"] if r not in policy_models]
     for job, tables in expected.items():
         rows = by_job[job]
         assert {r["table"] for r in rows} == tables, job

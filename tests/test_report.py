@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 
 from ai4dl.reporting import plots
-from ai4dl.policies.replay import POLICIES, PolicyParams
+from ai4dl.config import POLICIES, PoliciesConfig
+from ai4dl.policies.calibration import ServiceLevel
+from ai4dl.policies.model import PolicyModel
 from ai4dl.reporting.html import Section, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -93,14 +95,16 @@ def test_policy_curves(tmp_path, phases_pdf):
     one = phases_pdf[phases_pdf["pod_id"] == "pod-b"]
     one = one[one["step"] != 50]  # a missing step is replayed as unknown usage
     stats = {0: {"cpu": 1.2, "mem": 2.8 * GIB}, 1: {"cpu": 3.5, "mem": 5.3 * GIB}, 2: {"cpu": 2.1, "mem": float("nan")}}
-    params = PolicyParams(interval_steps=10)
-    _assert_png(plots.plot_policy_curves(one, tmp_path / "policies.png", params, phase_stats=stats))
-    _assert_png(plots.plot_policy_curves(one, tmp_path / "policies_cpu.png", params, policies=["static", "vpa"],
+    model = PolicyModel(PoliciesConfig(interval_steps=10), ServiceLevel(0.95, oom_kills_per_100h=10.0), stats, {},
+                        {"vpa": {"cpu": 0.8, "mem": 0.95}}, (), {}, None)
+    _assert_png(plots.plot_policy_curves(one, tmp_path / "policies.png", model))
+    _assert_png(plots.plot_policy_curves(one, tmp_path / "policies_cpu.png", model, policies=["static", "vpa"],
                                          resource="cpu"))
+    _assert_png(plots.plot_policy_curves(one, tmp_path / "policies_default.png"))  # no model: the configured knobs
     with pytest.raises(ValueError):
-        plots.plot_policy_curves(one, tmp_path / "x.png", params, resource="disk")
+        plots.plot_policy_curves(one, tmp_path / "x.png", model, resource="disk")
     with pytest.raises(ValueError):
-        plots.plot_policy_curves(one, tmp_path / "x.png", params, policies=["nope"])
+        plots.plot_policy_curves(one, tmp_path / "x.png", model, policies=["nope"])
 
 
 def test_savings(tmp_path, summary_pdf):
@@ -205,7 +209,7 @@ def test_report_in_a_real_browser(tmp_path, phases_pdf, summary_pdf):
     images = [
         plots.plot_trace_phases(one, pngs / "trace_phases.png"),
         plots.plot_phase_boxplots(phases_pdf, pngs / "phase_boxplots.png"),
-        plots.plot_policy_curves(one, pngs / "policy_curves.png", PolicyParams(interval_steps=10)),
+        plots.plot_policy_curves(one, pngs / "policy_curves.png"),
         plots.plot_savings(summary_pdf, pngs / "savings.png"),
     ]
     index = write_report(tmp_path / "report", "ai4dl run report", {"lake": "data/lake", "labelled steps": 280},

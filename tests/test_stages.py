@@ -13,6 +13,7 @@ import pytest
 from ai4dl import stages
 from ai4dl.cli import VERBS, main
 from ai4dl.config import Config, TrainConfig, from_dict, load_config
+from ai4dl.method.split import ContainerSplit
 from ai4dl.errors import Ai4dlError, ConfigError, MissingTableError
 from ai4dl.lake.tables import TABLES, Lake
 
@@ -79,7 +80,7 @@ def test_config_round_trips_and_every_yaml_under_conf_loads(project_root):
 
 def test_one_split_object_everywhere():
     cfg = load_config(None, ["window.train_fraction=0.6", "window.split_seed=9"])
-    assert cfg.window.split.train_fraction == 0.6 and cfg.window.split.seed == 9
+    assert ContainerSplit.of(cfg.window).train_fraction == 0.6 and ContainerSplit.of(cfg.window).seed == 9
     assert TrainConfig() == load_config().train
 
 
@@ -222,7 +223,8 @@ def test_pure_cores_import_and_run_without_pyspark(project_root, reference_model
         from ai4dl.method.crbm import encode
         from ai4dl.method.labelling import label_arrays
         from ai4dl.method.reference import import_reference
-        from ai4dl.policies.replay import PolicyParams, allocate
+        from ai4dl.config import PoliciesConfig
+        from ai4dl.policies.replay import allocate
         from ai4dl.policies.vpa import VpaRecommender
 
         assert smooth_runs(rle([0, 0, 1, 0, 0]), 2) == [(0, 0, 5)]
@@ -230,7 +232,7 @@ def test_pure_cores_import_and_run_without_pyspark(project_root, reference_model
         x = np.zeros((3, model.crbm.n_visible)); cond = np.zeros((3, model.crbm.B.shape[1]))
         phase, _, h = label_arrays(model, x, cond)
         assert h.shape == (3, model.crbm.n_hidden) and np.allclose(encode(model.crbm, x, cond), h)
-        alloc = allocate("prev.step.max", np.arange(8.0), 10.0, PolicyParams(interval_steps=4))
+        alloc = allocate("prev.step.max", np.arange(8.0), 10.0, PoliciesConfig(interval_steps=4))
         assert alloc.tolist() == [10.0] * 4 + [3.0] * 4
         assert load_config(None, ["train.k=4"]).train.k == 4
         print("PURE OK", "pyspark" in sys.modules and sys.modules["pyspark"] is not None)

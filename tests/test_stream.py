@@ -1,9 +1,9 @@
 """The live stream (``ai4dl stream``): same answers as batch, exactly once, late samples, model changes, and
 the Kubernetes export of its recommendations.
 
-The batch lake (module fixture) runs import-reference-model, ingest, window, label on the DLaaS sample; every
-stream test streams the same samples into its own lake, with the batch lake as ``stream.statistics_lake`` so
-the policy reads the same phase statistics and transitions as the batch replay.
+The batch lake (module fixture) runs import-reference-model, ingest, window, label and policies on the DLaaS
+sample; every stream test streams the same samples into its own lake and deploys the batch's policy model (its
+calibrated knobs, statistics and transitions), as the replay scored it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import pytest
 from ai4dl import stages
 from ai4dl.lake.tables import Lake
 from ai4dl.method.model import load
-from ai4dl.policies.replay import INPUT_COLUMNS, PolicyParams, allocate, replay_frame, timestamps_seconds
+from ai4dl.policies.live import Deployment
+from ai4dl.policies.model import load as load_policies
+from ai4dl.policies.replay import INPUT_COLUMNS, Trace, allocations
 from ai4dl.stream.online import Live, advance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,8 +63,9 @@ def batch(spark, tmp_path_factory, test_config, dlaas_sample, reference_model):
     stages.ingest(cfg, spark, input=str(dlaas_sample))
     stages.window(cfg, spark, scaler_from_model=model_dir)
     stages.label(cfg, spark, model=model_dir)
+    policies = stages.policies(cfg, spark).details["path"]
     lake = Lake.for_config(spark, cfg)
-    return {"cfg": cfg, "lake": lake, "model_dir": model_dir, "phases": _phases(lake),
+    return {"cfg": cfg, "lake": lake, "model_dir": model_dir, "phases": _phases(lake), "policies": policies,
             "full": lake.read("phases").select(*INPUT_COLUMNS).toPandas()}
 
 
@@ -71,26 +74,22 @@ def _stream_cfg(batch, tmp_path, **stream):
         lake={"root": str(tmp_path / "lake"), "models": batch["cfg"].lake.models},
         report={"dir": str(tmp_path / "report")},
         label={"model": batch["model_dir"]},
-        stream={"statistics_lake": batch["cfg"].lake.root, **stream},
+        policies={"model": batch["policies"]},
+        stream=stream,
     )
 
 
 def _expected_allocation(cfg, batch, pod: str, step: int) -> dict[str, float]:
-    """The batch replay's allocation at ``step`` of container ``pod`` (its whole labelled trace known)."""
-    params = PolicyParams.from_config(cfg.policies)
-    live = stages.live_inputs(cfg, load(batch["model_dir"]), "x")
-    df = replay_frame(batch["full"][batch["full"]["pod_id"] == pod])
-    lim = {r: pd.to_numeric(df[c]).ffill().bfill().to_numpy(float) for r, c in (("cpu", "cpu_num_cores"), ("mem", "mem_limit"))}
-    use = {r: pd.to_numeric(df[c]).to_numpy(float) for r, c in (("cpu", "cpu_usage_cores"), ("mem", "mem_current"))}
-    out = {}
-    for r in ("cpu", "mem"):
-        alloc = allocate(cfg.stream.policy, use[r], lim[r], params, df["phase"].to_numpy(object), live.phase_stats, r,
-                         timestamps_seconds(df), live.transitions)
-        out[r] = float(alloc[step])
-    return out
+    """The batch replay's allocation at ``step`` of container ``pod`` (its whole labelled trace known), under
+    the policy model's deployed policies at their calibrated knobs."""
+    model = load_policies(batch["policies"])
+    deployed = model.deployment(cfg.stream.policy)
+    trace = Trace.of(batch["full"][batch["full"]["pod_id"] == pod], model.params)
+    return {r: float(allocations(p, trace, r, model.params_for(p, r), model.phase_stats, model.transitions)[0][step])
+            for r, p in deployed.items()}
 
 
-@pytest.mark.parametrize("policy", ["phase.proactive", pytest.param("vpa", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("policy", ["best", pytest.param("vpa", marks=pytest.mark.slow)])
 def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sample, tmp_path, policy):
     """Two availableNow runs over a bronze that grows in between: the phases equal ``ai4dl label``'s, and each
     recommendation equals what the batch replay (knowing the whole trace) allocates at that step."""
@@ -133,7 +132,10 @@ def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sam
         assert rec["phase"] == int(mine["phase"].iloc[-1]) and rec["phase_name"] == f"phase {rec['phase']}"
         run = (mine["phase"] != mine["phase"].shift()).cumsum()
         assert rec["phase_since_step"] == int(mine[run == run.iloc[-1]]["step"].iloc[0])
-        assert rec["model_id"] == load(batch["model_dir"]).model_id and rec["policy"] == policy
+        deployed = load_policies(batch["policies"]).deployment(policy)
+        assert rec["model_id"] == load(batch["model_dir"]).model_id
+        assert (rec["cpu_policy"], rec["mem_policy"]) == (deployed["cpu"], deployed["mem"])
+        assert rec["policy_model_id"] == load_policies(batch["policies"]).model_id
 
 
 @pytest.mark.slow
@@ -161,7 +163,7 @@ def test_late_samples_are_quarantined_and_counted(batch, dlaas_sample):
     """The rule, on the pure step: a sample not after the container's last labelled step is a late row with
     its reason and counted in the state; samples out of order inside one batch are sorted, not late."""
     model = load(batch["model_dir"])
-    live = Live(model=model, model_id=model.model_id, n_history=3)
+    live = Live(model=model, model_id=model.model_id, n_history=3, deployment=Deployment.of(load_policies(batch["policies"])))
     sample = pd.read_csv(dlaas_sample)
     pod = sample[sample["pod.id"] == "exec1"].rename(columns=lambda c: c.replace(".", "_")).rename(columns={"timestamp": "ts"})
     pod["ts"] = pd.to_datetime(pod["ts"], unit="s")
@@ -185,10 +187,16 @@ def test_a_new_model_is_picked_up_at_a_batch_boundary_and_logged(spark, batch, d
 
     from ai4dl.method.model import save
 
+    import dataclasses
+
+    from ai4dl.errors import ModelError
+    from ai4dl.policies.model import save_version
+
     cfg = _stream_cfg(batch, tmp_path)
     models = tmp_path / "models"
     shutil.copytree(batch["model_dir"], models / "ai4dl" / "v0001")
-    cfg = cfg.replace(lake={"models": str(models)}, label={"model": None})
+    shutil.copytree(batch["policies"], models / "policies" / "v0001")
+    cfg = cfg.replace(lake={"models": str(models)}, label={"model": None}, policies={"model": None})
     first, second = _chunks(dlaas_sample, tmp_path, 2)
     lake = Lake.for_config(spark, cfg)
     stages.ingest(cfg, spark, input=first)
@@ -197,7 +205,12 @@ def test_a_new_model_is_picked_up_at_a_batch_boundary_and_logged(spark, batch, d
     moved = old.__class__(old.scaler, old.crbm, old.centers[::-1].copy(), info=old.info)  # same maths, phases renamed
     save(moved, models / "ai4dl" / "v0002")
     stages.ingest(cfg, spark, input=second)
-    # the query starts with v0002 (the current model when it starts) ...
+    # a phase model without a policy model fitted on its phases is refused, naming both
+    with pytest.raises(ModelError, match=f"phase model {old.model_id}, but phases here come from phase model {moved.model_id}"):
+        stages.stream(cfg, spark)
+    policies = load_policies(models / "policies" / "v0001")
+    save_version(dataclasses.replace(policies, phase_model_id=moved.model_id), models, "policies")
+    # the query starts with v0002 and its policy model (the current ones when it starts) ...
     stages.stream(cfg, spark)
     phases = lake.read("phases").toPandas()
     assert set(phases["model_id"]) == {old.model_id, moved.model_id}
@@ -323,7 +336,7 @@ def test_killed_stream_restarts_without_loss_or_duplicates(spark, batch, dlaas_s
     checkpoint = tmp_path / "lake" / "_checkpoints" / "stream"
     sets = [
         "--set", f"lake.root={cfg.lake.root}", "--set", f"lake.models={cfg.lake.models}",
-        "--set", f"label.model={batch['model_dir']}", "--set", f"stream.statistics_lake={cfg.stream.statistics_lake}",
+        "--set", f"label.model={batch['model_dir']}", "--set", f"policies.model={batch['policies']}",
         "--set", f"report.dir={tmp_path / 'report'}", "--set", f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}",
         "--set", "spark.shuffle_partitions=2",
     ]
@@ -358,38 +371,20 @@ def test_killed_stream_restarts_without_loss_or_duplicates(spark, batch, dlaas_s
     killed = set(runs["run_id"]) - set(runs[runs["status"] == "finished"]["run_id"])
     assert len(killed) == 1  # the killed run left its "started" (and "model") rows only
 
-    # ... and the recommendations leave as Kubernetes objects, checked by the client's models
+    # ... and the recommendations leave as Kubernetes objects (tests/test_k8s.py decodes them into the API types)
     import yaml
 
     out = tmp_path / "vpa.yaml"
-    assert main(["recommendations", "--format", "vpa", "--out", str(out), *sets]) == 0
+    assert main(["recommendations", "--format", "vpa", "--update-mode", "InPlaceOrRecreate", "--out", str(out), *sets]) == 0
     docs = list(yaml.safe_load_all(out.read_text()))
     assert [d["metadata"]["name"] for d in docs] == sorted(recs.index)
     for doc in docs:
         rec = recs.loc[doc["metadata"]["name"]]
-        target = doc["status"]["recommendation"]["containerRecommendations"][0]["target"]
-        assert doc["kind"] == "VerticalPodAutoscaler" and doc["spec"]["updatePolicy"]["updateMode"] == "Off"
-        assert target["cpu"] == f"{math.ceil(round(rec['cpu_cores'] * 1000, 6))}m"
-        assert int(target["memory"]) == math.ceil(rec["mem_bytes"])
-    assert main(["recommendations", "--format", "patch", "--out", str(tmp_path / "patch.yaml"), *sets]) == 0
-    patches = list(yaml.safe_load_all((tmp_path / "patch.yaml").read_text()))
-    assert len(patches) == 4 and all(p["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] for p in patches)
-
-
-def test_kubernetes_objects_are_valid_for_the_client_models():
-    """The VPA and the patch read back through the client's models; a bad quantity or name is refused."""
-    from ai4dl.policies.k8s import k8s_name, read_back, resources_patch, vpa_object
-
-    rec = {"pod_id": "Exec_1", "service": "service1", "cpu_cores": 0.2501, "mem_bytes": 1.5e9, "cpu_num_cores": 4.0,
-           "mem_limit": 5.24288e9, "phase": 2, "phase_name": "phase 2", "model_id": "m", "policy": "vpa", "step": 9}
-    vpa = vpa_object(rec, namespace="ml")
-    assert vpa["metadata"]["name"] == "exec-1" and vpa["metadata"]["namespace"] == "ml"
-    target = vpa["status"]["recommendation"]["containerRecommendations"][0]["target"]
-    assert target == {"cpu": "251m", "memory": "1500000000"}
-    ref = read_back(vpa["spec"]["targetRef"], "V1CrossVersionObjectReference")
-    assert (ref.kind, ref.name) == ("Job", "exec-1")
-    template = read_back(resources_patch(rec)["spec"]["template"], "V1PodTemplateSpec")
-    assert template.spec.containers[0].resources.requests == {"cpu": "251m", "memory": "1500000000"}
-    assert template.spec.containers[0].resources.limits == {"cpu": "4000m", "memory": "5242880000"}
-    with pytest.raises(ValueError):
-        k8s_name("___")
+        uncapped = doc["status"]["recommendation"]["containerRecommendations"][0]["uncappedTarget"]
+        assert doc["kind"] == "VerticalPodAutoscaler" and doc["spec"]["updatePolicy"]["updateMode"] == "InPlaceOrRecreate"
+        assert uncapped["cpu"] == f"{math.ceil(round(rec['cpu_cores'] * 1000, 6))}m"
+        assert int(uncapped["memory"]) == math.ceil(rec["mem_bytes"])
+    assert main(["recommendations", "--format", "resize", "--out", str(tmp_path / "resize.yaml"), *sets]) == 0
+    bodies = list(yaml.safe_load_all((tmp_path / "resize.yaml").read_text()))
+    assert len(bodies) == 4 and all(b["spec"]["containers"][0]["resources"]["requests"] for b in bodies)
+    assert main(["recommendations", "--format", "patch", "--out", str(tmp_path / "patch.yaml"), *sets]) == 2  # a Job's template

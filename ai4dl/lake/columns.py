@@ -39,6 +39,17 @@ DEFAULT_FEATURES: tuple[str, ...] = (
     "mem_working_set",
 )
 
+# Features derived from the metrics (computed by :mod:`ai4dl.method.features`, which defines each one): usage as a
+# share of the limits and short rolling summaries of it. Named here so the configuration checks them without
+# importing the method.
+DERIVED_FEATURES: tuple[str, ...] = (
+    "cpu_frac", "mem_frac", "cpu_frac_min10", "ln_cpu_frac_std20", "ln_absd_mem_frac_mean10", "ln_absd_cpu_frac_mean10",
+)
+# The behaviour features measured best on the frozen fleet (held-out ARI in README "Method notes"): the default.
+BEHAVIOUR_FEATURES: tuple[str, ...] = (
+    "cpu_frac_min10", "mem_frac", "ln_cpu_frac_std20", "ln_absd_mem_frac_mean10", "ln_absd_cpu_frac_mean10",
+)
+
 # Source (export) name -> lake name. Overridable per job through the ``ingest.columns`` config key.
 SOURCE_COLUMNS: dict[str, str] = {
     "timestamp": TS,
@@ -71,6 +82,7 @@ POLICY_REPLAY_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("policy", "string", False),
     ("resource", "string", False),  # cpu | mem
     ("steps", "bigint", False),  # steps with known usage and limit
+    ("hours", "double", False),  # container-hours of those steps (each lasts until the next timestamp)
     ("used", "double", False),  # sum of usage over those steps
     ("allocated", "double", False),  # sum of the policy's allocation
     ("static_allocated", "double", False),  # sum of the limit
@@ -80,7 +92,7 @@ POLICY_REPLAY_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("shortfall_max", "double", False),  # 0 without steps
     # Shortfalls as the container feels them: memory above its allocation is an OOM kill, CPU above it is
     # throttling. Each is 0 on the other resource's rows.
-    ("oom_kills", "bigint", False),  # mem: steps with usage > allocation
+    ("oom_kills", "bigint", False),  # mem: OOM-kill events (the policy reacts to each; ai4dl.policies.rules)
     ("throttled_steps", "bigint", False),  # cpu: steps with usage > allocation
     ("throttled_core_seconds", "double", False),  # cpu: sum of max(usage - allocation, 0) x step duration (s)
 )
@@ -95,29 +107,33 @@ POLICY_FRONTIER_FIELDS: tuple[tuple[str, str, bool], ...] = (*POLICY_REPLAY_FIEL
 POLICY_CALIBRATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("policy", "string", False),
     ("resource", "string", False),  # cpu | mem
-    ("knob_name", "string", True),  # the PolicyParams field tuned (null: a policy without a knob)
+    ("knob_name", "string", True),  # the policies config key tuned (null: a policy without a knob)
     ("knob", "double", True),
     ("target_fulfilment", "double", True),  # the share of steps to meet (null: memory held to an OOM budget)
-    ("oom_budget_per_100", "double", True),  # memory's OOM budget per 100 containers, when that is the target
+    ("oom_budget_per_100h", "double", True),  # memory's OOM budget, kills per 100 container-hours
     ("train_fulfilment", "double", True),  # on the training containers, where the knob was chosen
-    ("reached", "boolean", False),  # the target was reached on the training containers
+    ("train_oom_kills_per_100h", "double", True),  # memory rows: the same, for the OOM budget
+    ("reached", "boolean", False),  # the service level was reached on the training containers
+    ("deployed", "boolean", False),  # the policy the stream deploys for this resource (the model's best)
     ("containers", "bigint", False),  # held-out containers scored
+    ("hours", "double", False),  # their container-hours
     ("steps", "bigint", False),
-    ("allocated", "double", False),
+    ("allocated", "double", False),  # sum over steps: core-steps (cpu) or byte-steps (mem)
     ("static_allocated", "double", False),
     ("fulfilment", "double", True),  # held-out met_steps / steps
     ("savings_vs_static", "double", True),
     ("savings_vs_prev_rules", "double", True),
     ("savings_vs_vpa", "double", True),
     ("oom_kills", "bigint", False),
-    ("oom_kills_per_100", "double", True),  # per 100 held-out containers
+    ("oom_kills_per_100h", "double", True),  # held-out OOM kills per 100 container-hours
     ("throttled_steps", "bigint", False),
     ("throttled_core_seconds", "double", False),
 )
 
 # Gold: the live recommendation of each container (ai4dl stream), one row per container, replaced when a newer
-# step is labelled. ``cpu_cores`` / ``mem_bytes`` are what ``policy`` allocates for step ``for_step`` (the step
-# after ``step``), the allocation the policy replay holds there; ``cpu_num_cores`` / ``mem_limit`` the limit.
+# step is labelled. ``cpu_cores`` / ``mem_bytes`` are what ``cpu_policy`` / ``mem_policy`` (with the policy model's
+# calibrated knobs) allocate for step ``for_step`` (the step after ``step``), the allocation the policy replay
+# holds there; ``cpu_num_cores`` / ``mem_limit`` the limit.
 RECOMMENDATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("pod_id", "string", False),
     ("service", "string", True),
@@ -129,7 +145,8 @@ RECOMMENDATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("phase_since_step", "int", True),
     ("next_phase", "int", True),  # the most likely next phase (null: no known successor)
     ("next_phase_probability", "double", True),
-    ("policy", "string", False),
+    ("cpu_policy", "string", False),
+    ("mem_policy", "string", False),
     ("for_step", "int", False),
     ("interval", "int", False),  # the allocation interval of for_step (policies.interval_steps long)
     ("cpu_cores", "double", True),
@@ -137,13 +154,16 @@ RECOMMENDATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("cpu_num_cores", "double", True),
     ("mem_limit", "double", True),
     ("model_id", "string", False),
+    ("policy_model_id", "string", False),  # the policy model whose knobs and statistics allocated
     ("late_samples", "bigint", False),  # samples of this container quarantined as late so far
     ("updated_at", "timestamp", False),
 )
 
-# The live stream's per-container state (Spark's state store, not a table): the raw metrics of the last
-# n_history + LOOKBACK (ai4dl.method.features) samples of the current segment (all METRICS, oldest first, flattened) and the container's trace so
-# far as the policy replay reads it (timestamps in epoch seconds, NaN phase = unlabelled).
+# The live stream's per-container state (Spark's state store, not a table), O(1) in the container's age: the
+# raw metrics of the last n_history + LOOKBACK (ai4dl.method.features) samples of the current segment (all
+# METRICS, oldest first, flattened), the current phase run, and the deployed policies' running summaries
+# (ai4dl.policies.live: the interval being filled, the last interval's statistics, VPA's decaying histograms) as
+# JSON, never the trace.
 STREAM_STATE_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("service", "string", True),
     ("last_step", "int", False),
@@ -151,14 +171,9 @@ STREAM_STATE_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("segment", "int", False),
     ("history", "array<double>", False),
     ("history_len", "int", False),
-    ("trace_ts", "array<double>", False),
-    ("trace_cpu", "array<double>", False),
-    ("trace_cpu_limit", "array<double>", False),
-    ("trace_mem", "array<double>", False),
-    ("trace_mem_limit", "array<double>", False),
-    ("trace_phase", "array<double>", False),
     ("run_phase", "int", True),
     ("run_since_step", "int", True),
     ("run_since_ts", "double", True),
     ("late_samples", "bigint", False),
+    ("policy_state", "string", True),
 )

@@ -22,8 +22,15 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from ai4dl.config import TrainConfig, WindowConfig
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+# The training section's defaults are the only ones (ai4dl.config): a CRBM built or trained without a value
+# gets what `ai4dl train` would use.
+_TRAIN = TrainConfig()
+_N_HISTORY = WindowConfig().n_history
 
 __all__ = ["CRBM", "CRBMWeights", "TrainResult", "encode", "train_crbm"]
 
@@ -146,9 +153,9 @@ def _build_crbm_class() -> type:
         def __init__(
             self,
             n_visible: int,
-            n_hidden: int = 10,
-            n_history: int = 3,
-            seed: int = 1234,
+            n_hidden: int = _TRAIN.n_hidden,
+            n_history: int = _N_HISTORY,
+            seed: int = _TRAIN.seed,
             dtype: torch.dtype = torch.float32,
         ) -> None:
             super().__init__()
@@ -335,15 +342,15 @@ def train_crbm(
     x: np.ndarray,
     cond: np.ndarray,
     *,
-    n_hidden: int = 10,
-    cd_k: int = 1,
-    epochs: int = 60,
-    batch_size: int = 128,
-    learning_rate: float = 0.01,
-    patience: int = 5,
-    min_delta: float = 1e-4,
-    seed: int = 1234,
-    device: str = "auto",
+    n_hidden: int = _TRAIN.n_hidden,
+    cd_k: int = _TRAIN.cd_k,
+    epochs: int = _TRAIN.epochs,
+    batch_size: int = _TRAIN.batch_size,
+    learning_rate: float = _TRAIN.learning_rate,
+    patience: int = _TRAIN.patience,
+    min_delta: float = _TRAIN.min_delta,
+    seed: int = _TRAIN.seed,
+    device: str = _TRAIN.device,
     progress: bool | None = None,
     log: Callable[[str], Any] | None = print,
     sample_hidden: bool = False,

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ai4dl.errors import InputError
+from ai4dl.lake.columns import BEHAVIOUR_FEATURES, DERIVED_FEATURES
 
 # How many steps back a derived feature looks (its own row included): a window's history needs this many raw
 # rows before its oldest step.
@@ -105,10 +106,7 @@ DERIVED: dict[str, Callable[[Shares], pd.Series]] = {
 }
 """Derived feature -> its definition over one container's shares in time order (a Series aligned with its rows)."""
 
-# The behaviour features measured best on the frozen fleet (held-out ARI in README "Method notes").
-BEHAVIOUR_FEATURES: tuple[str, ...] = (
-    "cpu_frac_min10", "mem_frac", "ln_cpu_frac_std20", "ln_absd_mem_frac_mean10", "ln_absd_cpu_frac_mean10",
-)
+assert tuple(DERIVED) == DERIVED_FEATURES, "ai4dl.lake.columns.DERIVED_FEATURES names every derived feature"
 INPUTS: tuple[str, ...] = ("cpu_usage_cores", "cpu_num_cores", "mem_current", "mem_limit")
 
 

@@ -5,7 +5,8 @@ below ``train_fraction`` of the hash range: the same containers train on every r
 container never has windows on both sides. The scaler is fitted, the CRBM and k-means trained, and the policy
 statistics calibrated on the training side only; quality and savings are scored on the held-out side.
 
->>> ContainerSplit(0.8, 42)
+>>> from ai4dl.config import WindowConfig
+>>> ContainerSplit.of(WindowConfig())
 ContainerSplit(train_fraction=0.8, seed=42)
 """
 
@@ -19,17 +20,28 @@ from ai4dl.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame
 
+    from ai4dl.config import WindowConfig
+
 _BUCKETS = 10_000
 
 
 @dataclass(frozen=True)
 class ContainerSplit:
-    train_fraction: float = 0.8
-    seed: int = 42
+    """The split's two numbers come from the ``window`` section (:meth:`of`, where their defaults are declared)
+    or from a model's record of the split it was trained with; checked here again because a stored record is
+    read from a file."""
+
+    train_fraction: float
+    seed: int
 
     def __post_init__(self) -> None:
         if not 0.0 < float(self.train_fraction) <= 1.0:
             raise ConfigError(f"window.train_fraction: {self.train_fraction!r} is not allowed: a number in (0, 1]")
+
+    @classmethod
+    def of(cls, window: "WindowConfig") -> "ContainerSplit":
+        """The one split every stage uses: ``window.train_fraction`` and ``window.split_seed``."""
+        return cls(window.train_fraction, window.split_seed)
 
     def _bucket(self, pod_id: "Column") -> "Column":
         """The container's place in the hash range: 0 .. _BUCKETS - 1, the same on every run and engine."""

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ai4dl import __version__
-from ai4dl.config import TrainConfig
+from ai4dl.config import TrainConfig, WindowConfig
 from ai4dl.errors import InputError, ModelError
 from ai4dl.lake.columns import POD_ID
 from ai4dl.method.clustering import adjusted_rand_index, contingency, fit_centers, fit_centers_local, k_report
@@ -59,7 +59,7 @@ class PhaseEstimator:
     """CRBM + k-means over silver windows; every parameter is validated by :class:`~ai4dl.config.TrainConfig`."""
 
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
-    split: ContainerSplit = dataclasses.field(default_factory=ContainerSplit)
+    split: ContainerSplit = dataclasses.field(default_factory=lambda: ContainerSplit.of(WindowConfig()))
 
     def get_params(self) -> dict[str, Any]:
         """Every parameter (the training section and the split), as stored in a fitted model."""

@@ -11,22 +11,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
+from ai4dl.config import POLICIES, PoliciesConfig
 from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
-from ai4dl.policies.replay import (
-    HEADROOM_LEVELS,
-    INPUT_COLUMNS,
-    KNOBS,
-    POLICIES,
-    REPLAY_COLUMNS,
-    RESOURCES,
-    PolicyParams,
-    finite_value,
-    knob_grids,
-    normalise_stats,
-    normalise_transitions,
-    replay_container,
-    replay_container_grid,
-)
+from ai4dl.policies.nextphase import normalise_transitions
+from ai4dl.policies.replay import INPUT_COLUMNS, REPLAY_COLUMNS, replay_container, replay_container_grid
+from ai4dl.policies.rules import HEADROOM_LEVELS, RESOURCES, finite_value, normalise_stats
 
 
 def _plain(phase_stats: Mapping | None, transitions: Any) -> tuple[dict, dict]:
@@ -50,10 +39,10 @@ def _by_container(phases_df: DataFrame) -> DataFrame:
 
 
 def replay_fleet(
-    phases_df: DataFrame, params: PolicyParams | None = None, phase_stats: Mapping | None = None, transitions: Any = None
+    phases_df: DataFrame, params: PoliciesConfig | None = None, phase_stats: Mapping | None = None, transitions: Any = None
 ) -> DataFrame:
     """:func:`replay_container` over every container of a ``PHASES`` DataFrame, in the executors."""
-    params = params or PolicyParams()
+    params = params or PoliciesConfig()
     stats, flat = _plain(phase_stats, transitions)
 
     def replay(pdf: pd.DataFrame) -> pd.DataFrame:
@@ -64,7 +53,7 @@ def replay_fleet(
 
 def replay_fleet_grid(
     phases_df: DataFrame,
-    params: PolicyParams | None = None,
+    params: PoliciesConfig | None = None,
     phase_stats: Mapping | None = None,
     transitions: Any = None,
     knobs: Mapping[str, Sequence[float]] | None = None,
@@ -72,7 +61,7 @@ def replay_fleet_grid(
 ) -> DataFrame:
     """:func:`replay_container_grid` over every container (``POLICY_FRONTIER`` rows), in the executors; summed
     per (policy, resource, knob) it is what :func:`~ai4dl.policies.replay.choose_knob` calibrates on."""
-    params = params or PolicyParams()
+    params = params or PoliciesConfig()
     stats, flat = _plain(phase_stats, transitions)
     grid = {p: [float(v) for v in values] for p, values in (knobs or {}).items()}
     chosen = None if policies is None else list(policies)
@@ -83,32 +72,24 @@ def replay_fleet_grid(
     return _by_container(phases_df).groupBy("pod_id").applyInPandas(replay, POLICY_FRONTIER)
 
 
-def replay_at_params(
-    frontier_df: DataFrame, params: PolicyParams | None = None, knobs: Mapping[str, Sequence[float]] | None = None
-) -> DataFrame | None:
-    """The ``POLICY_REPLAY`` rows of ``params`` read from a frontier that :func:`replay_fleet_grid` replayed with
-    the same ``params`` (and grid ``knobs``): each policy's row at its own knob value is a replay at ``params``
-    (the grid changes one knob at a time), so the fleet need not be replayed again. None when a policy's
-    configured value is not in its grid: replay it with :func:`replay_fleet` then."""
-    params = params or PolicyParams()
-    grids = knob_grids(knobs)
+def replay_at_knobs(frontier_df: DataFrame, knobs: Mapping[tuple[str, str], float | None]) -> DataFrame:
+    """The ``POLICY_REPLAY`` rows of each (policy, resource) at its knob in ``knobs`` (None: a policy without
+    one), read from a frontier :func:`replay_fleet_grid` replayed: a frontier row at a knob value is the replay
+    at it (the grid changes one knob at a time), so the fleet need not be replayed again."""
     wanted = None
-    for policy in POLICIES:
-        if policy in KNOBS:
-            value = float(getattr(params, KNOBS[policy][0]))
-            if value not in grids[policy]:
-                return None
-            row = (F.col("policy") == policy) & (F.col("knob") == value)
-        else:
-            row = (F.col("policy") == policy) & F.col("knob").isNull()
+    for (policy, resource), value in knobs.items():
+        at = F.col("knob").isNull() if value is None else F.col("knob") == float(value)
+        row = (F.col("policy") == policy) & (F.col("resource") == resource) & at
         wanted = row if wanted is None else wanted | row
+    if wanted is None:
+        return frontier_df.where(F.lit(False)).select(*REPLAY_COLUMNS)
     return frontier_df.where(wanted).select(*REPLAY_COLUMNS)
 
 
 def frontier_totals(frontier_df: DataFrame) -> pd.DataFrame:
     """``POLICY_FRONTIER`` rows summed per (policy, resource, knob), with the number of containers: the small
     table (policies x knob values x resources) that calibration and the frontier plot read on the driver."""
-    sums = ["steps", "met_steps", "used", "allocated", "static_allocated", "oom_kills", "throttled_steps",
+    sums = ["steps", "hours", "met_steps", "used", "allocated", "static_allocated", "oom_kills", "throttled_steps",
             "throttled_core_seconds", "shortfall_steps"]
     return (
         frontier_df.groupBy("policy", "resource", "knob")
@@ -124,7 +105,7 @@ def _ratio(num, den):
 def summarise(replay_df: DataFrame) -> DataFrame:
     """Fleet totals per (policy, resource) of a ``POLICY_REPLAY`` DataFrame.
 
-    ``oom_kills_per_100`` is per 100 replayed containers (memory rows); ``savings_vs_static = 1 - allocated /
+    ``oom_kills_per_100h`` is per 100 container-hours (memory rows); ``savings_vs_static = 1 - allocated /
     static_allocated``; ``savings_vs_prev_rules = 1 - allocated /
     allocated(prev.step.rules)`` of the same resource; ``fulfilment = met_steps / steps``; ``utilisation =
     used / allocated``. A ratio with a zero denominator is null. Ordered by resource, then :data:`POLICIES`.
@@ -132,6 +113,7 @@ def summarise(replay_df: DataFrame) -> DataFrame:
     agg = replay_df.groupBy("policy", "resource").agg(
         F.count("pod_id").alias("containers"),  # one replay row per container and (policy, resource)
         F.sum("steps").alias("steps"),
+        F.sum("hours").alias("hours"),
         F.sum("used").alias("used"),
         F.sum("allocated").alias("allocated"),
         F.sum("static_allocated").alias("static_allocated"),
@@ -153,6 +135,7 @@ def summarise(replay_df: DataFrame) -> DataFrame:
             "resource",
             "containers",
             "steps",
+            "hours",
             "used",
             "allocated",
             "static_allocated",
@@ -164,7 +147,7 @@ def summarise(replay_df: DataFrame) -> DataFrame:
             "shortfall_total",
             "shortfall_max",
             "oom_kills",
-            (F.lit(100.0) * _ratio(F.col("oom_kills"), F.col("containers"))).alias("oom_kills_per_100"),
+            (F.lit(100.0) * _ratio(F.col("oom_kills"), F.col("hours"))).alias("oom_kills_per_100h"),
             "throttled_steps",
             "throttled_core_seconds",
             _ratio(F.col("used"), F.col("allocated")).alias("utilisation"),
@@ -244,14 +227,14 @@ def phase_jumps(phases_df: DataFrame, interval_steps: int) -> DataFrame:
 
 
 def phase_headroom_stats(
-    phases_df: DataFrame, params: PolicyParams | None = None, accuracy: int = 10_000
+    phases_df: DataFrame, params: PoliciesConfig | None = None, accuracy: int = 10_000
 ) -> dict[int, dict[str, list[float]]]:
     """``{phase: {"cpu_headroom": [...], "mem_headroom": [...]}}``: per phase, the quantiles at
     :data:`~ai4dl.policies.replay.HEADROOM_LEVELS` of the interval-to-interval jumps of usage (as a share of the
     limit) seen after that phase, which ``phase.headroom`` allocates from: the jumps of :func:`phase_jumps`
     reduced per (phase, resource) by one approximate-percentile aggregation; only k x 2 rows reach the driver.
     Give it the training containers only."""
-    params = params or PolicyParams()
+    params = params or PoliciesConfig()
     levels = F.array(*[F.lit(float(q)) for q in HEADROOM_LEVELS])
     rows = (
         phase_jumps(phases_df, int(params.interval_steps))

@@ -31,7 +31,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from ai4dl.behaviour.graph import ROOT_PHASE
-from ai4dl.policies.replay import POLICIES, RESOURCES, PolicyParams, allocate, replay_frame, timestamps_seconds
+from ai4dl.config import POLICIES, PoliciesConfig
+from ai4dl.policies.replay import allocate, replay_frame, timestamps_seconds
+from ai4dl.policies.rules import RESOURCES
 
 GIB = float(2**30)
 DPI = 110
@@ -333,26 +335,24 @@ def _container_arrays(pdf: pd.DataFrame, resource: str) -> tuple[np.ndarray, np.
 def plot_policy_curves(
     pdf: pd.DataFrame,
     png_path: str | Path,
-    params: PolicyParams | None = None,
-    phase_stats: Mapping | None = None,
+    model: Any = None,
     policies: Sequence[str] | None = None,
     resource: str = "both",
     title: str | None = None,
-    transitions: Any = None,
 ) -> Path:
     """Usage against the allocation of each policy over one container's life (step curves), with the limit.
 
     ``pdf`` holds one container's ``PHASES`` rows; the replay is the one of
     :func:`ai4dl.policies.replay_container` (sorted by ``step``, missing steps as unknown usage, limit filled
-    forward/backward) and each curve is :func:`ai4dl.policies.allocate`'s per-step allocation. ``static`` is the
-    limit, drawn dashed black. ``phase_stats`` (``{phase: {"cpu": v, "mem": v}}``) feeds the phase policies
-    (without it they fall back to the limit), ``transitions`` ``phase.proactive`` (without it, it is
-    ``phase.rule``); the ``ts`` column, when present, is ``vpa``'s clock as in the replay. ``resource`` is
+    forward/backward) and each curve is :func:`ai4dl.policies.replay.allocate`'s per-step allocation, memory with
+    its reactions to OOM kills. ``static`` is the limit, drawn dashed black. ``model`` (a
+    :class:`~ai4dl.policies.model.PolicyModel`) gives every policy its calibrated knob per resource and the phase
+    policies their statistics and transitions (without one: the configured defaults, and the phase policies fall
+    back to the limit); the ``ts`` column, when present, is ``vpa``'s clock as in the replay. ``resource`` is
     ``"cpu"``, ``"mem"`` or ``"both"`` (one panel each). Each legend entry carries the policy's saving vs the
     limit and its fulfilment (share of steps met) on this container. A thin band at the top of each panel shows
     the phase of every step. x axis: step.
     """
-    params = params or PolicyParams()
     policies = list(POLICIES if policies is None else policies)
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
@@ -386,7 +386,9 @@ def plot_policy_curves(
         for policy in policies:
             if policy == "static":
                 continue
-            alloc = allocate(policy, usage, limit, params, phases, phase_stats, res, ts_seconds, transitions)
+            params = model.params_for(policy, res) if model is not None else PoliciesConfig()
+            stats, transitions = (model.phase_stats, model.transitions) if model is not None else (None, None)
+            alloc = allocate(policy, usage, limit, params, phases, stats, res, ts_seconds, transitions)
             label = policy
             if ok.any() and np.nansum(limit[ok]) > 0:
                 saving = 1.0 - float(alloc[ok].sum()) / float(limit[ok].sum())
@@ -401,7 +403,8 @@ def plot_policy_curves(
         ax.set_ylim(0, float(top) * 1.12 if top > 0 else 1.0)
         ax.set_xlim(x[0], x[-1] + 1)
         ax.set_ylabel("CPU cores" if res == "cpu" else "memory (GiB)")
-        ax.set_title(f"{RESOURCE_LABELS[res]} (interval {params.interval_steps} steps)", fontsize=10, loc="left")
+        length = (model.params if model is not None else PoliciesConfig()).interval_steps
+        ax.set_title(f"{RESOURCE_LABELS[res]} (interval {length} steps)", fontsize=10, loc="left")
         ax.grid(True, axis="y", alpha=0.3)
         handles, _labels = ax.get_legend_handles_labels()
         if phases is not None and ax is axes[0]:

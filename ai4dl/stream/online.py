@@ -24,11 +24,11 @@ What it does, and why it gives the batch pipeline's answers:
 * **Phases.** Full windows are labelled with :func:`ai4dl.method.labelling.label_batch`, the kernel of the
   label stage; a step without full history gets a null phase, as in batch.
 * **Recommendation.** After the batch: the current phase (the last non-null one), since when it lasts (first
-  step of its run; unlabelled steps do not break a run), the most likely next phase
-  (:func:`ai4dl.policies.replay.most_likely_next`) and the allocation for the next step by
-  :func:`ai4dl.policies.replay.next_allocation`, i.e. the policy replay itself over the trace so far. The state
-  therefore keeps the container's usage trace (six numbers per step): ``vpa`` feeds its histograms from every
-  sample and the reactive policies read the previous interval.
+  step of its run; unlabelled steps do not break a run), the most likely next phase (the policy model's
+  next-phase table, :func:`ai4dl.policies.nextphase.next_phase_table`) and what the deployed policies allocate for
+  the next step (:class:`ai4dl.policies.live.LivePolicies`: the policy model's calibrated knobs, the replay's
+  rules on running summaries), the allocation the replay of the whole trace holds at that step. The state is
+  O(1) in the container's age: the window's raw samples, the current run, the policies' running summaries.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, STREAM_STATE
 from ai4dl.method.features import LOOKBACK, derive, derived_of
 from ai4dl.method.labelling import label_batch
 from ai4dl.method.model import PhaseModel
-from ai4dl.policies.replay import PolicyParams, most_likely_next, next_allocation
+from ai4dl.policies.live import Deployment, LivePolicies
 
 STATE_NAMES = tuple(name for name, _, _ in STREAM_STATE_FIELDS)
 _METRIC_INDEX = {m: i for i, m in enumerate(METRICS)}
@@ -61,12 +61,9 @@ class Live:
     model: PhaseModel
     model_id: str
     n_history: int
+    deployment: Deployment  # the policy model's deployed policies, knobs and statistics
     max_gap_seconds: float | None = None
-    policy: str = "phase.proactive"
-    params: PolicyParams = field(default_factory=PolicyParams)
-    phase_stats: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
-    transitions: Mapping[int, Mapping[int, float]] = field(default_factory=dict)  # the policy's (training)
-    next_phase: Mapping[int, Mapping[int, float]] = field(default_factory=dict)  # the prediction's (gold)
+    next_phase: Mapping[int, tuple[int, float]] = field(default_factory=dict)  # the policy model's next-phase table
     phase_names: Mapping[int, str] = field(default_factory=dict)
 
     def name(self, phase: int | None) -> str | None:
@@ -78,15 +75,13 @@ class Live:
 def new_state(service: Any = None) -> dict[str, Any]:
     return {
         "service": service, "last_step": -1, "last_ts": -math.inf, "segment": 0, "history": [], "history_len": 0,
-        "trace_ts": [], "trace_cpu": [], "trace_cpu_limit": [], "trace_mem": [], "trace_mem_limit": [],
-        "trace_phase": [], "run_phase": None, "run_since_step": None, "run_since_ts": None, "late_samples": 0,
+        "run_phase": None, "run_since_step": None, "run_since_ts": None, "late_samples": 0, "policy_state": None,
     }
 
 
 def state_from_tuple(values: Any) -> dict[str, Any]:
     state = dict(zip(STATE_NAMES, values))
-    for name in ("history", "trace_ts", "trace_cpu", "trace_cpu_limit", "trace_mem", "trace_mem_limit", "trace_phase"):
-        state[name] = [float(v) if v is not None else math.nan for v in (state[name] if state[name] is not None else [])]
+    state["history"] = [float(v) if v is not None else math.nan for v in (state["history"] or [])]
     return state
 
 
@@ -136,12 +131,15 @@ def advance(pod_id: str, rows: pd.DataFrame, state: Mapping[str, Any] | None, li
     fresh = rows[~late].reset_index(drop=True)
     fresh_secs = secs[~late]
     if len(fresh):
-        out += _label(pod_id, fresh, fresh_secs, st, live)
-        out.append(_recommend(pod_id, st, live))
+        policies = LivePolicies.loads(live.deployment, st["policy_state"])
+        out += _label(pod_id, fresh, fresh_secs, st, live, policies)
+        out.append(_recommend(pod_id, st, live, policies))
+        st["policy_state"] = policies.dumps()
     return pd.DataFrame(out), st
 
 
-def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any], live: Live) -> list[dict[str, Any]]:
+def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any], live: Live,
+           policies: LivePolicies) -> list[dict[str, Any]]:
     model, n_hist = live.model, int(live.n_history)
     # derived features look LOOKBACK raw samples back from each step of a window: that many more are kept
     # (whatever the model, so a model change mid-stream finds them)
@@ -194,12 +192,8 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
     for i, r in enumerate(rows.to_dict("records")):
         p = None if math.isnan(phase[i]) else int(phase[i])
         st["service"] = r.get(SERVICE) if r.get(SERVICE) is not None else st["service"]
-        st["trace_ts"].append(float(secs[i]))
-        st["trace_cpu"].append(float(r["cpu_usage_cores"]))
-        st["trace_cpu_limit"].append(float(r["cpu_num_cores"]))
-        st["trace_mem"].append(float(r["mem_current"]))
-        st["trace_mem_limit"].append(float(r["mem_limit"]))
-        st["trace_phase"].append(math.nan if p is None else float(p))
+        policies.observe(float(secs[i]), {"cpu": r["cpu_usage_cores"], "mem": r["mem_current"]},
+                         {"cpu": r["cpu_num_cores"], "mem": r["mem_limit"]}, p)
         if p is not None and p != st["run_phase"]:
             st["run_phase"], st["run_since_step"], st["run_since_ts"] = p, steps[i], float(secs[i])
         out.append({
@@ -222,32 +216,21 @@ def _features(block: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
     return frame[list(features)].to_numpy(dtype=float)
 
 
-def trace_frame(pod_id: str, st: Mapping[str, Any]) -> pd.DataFrame:
-    """The container's trace so far in the replay's columns (what :func:`next_allocation` reads)."""
-    n = len(st["trace_ts"])
-    phases = [None if math.isnan(p) else int(p) for p in st["trace_phase"]]
-    return pd.DataFrame({
-        "pod_id": [pod_id] * n, "service": [st["service"]] * n, "step": np.arange(n, dtype=np.int64),
-        "ts": np.asarray(st["trace_ts"], dtype=float), "phase": pd.array(phases, dtype="object"),
-        "cpu_usage_cores": st["trace_cpu"], "cpu_num_cores": st["trace_cpu_limit"],
-        "mem_current": st["trace_mem"], "mem_limit": st["trace_mem_limit"],
-    })
-
-
-def _recommend(pod_id: str, st: Mapping[str, Any], live: Live) -> dict[str, Any]:
-    alloc = next_allocation(trace_frame(pod_id, st), live.policy, live.params, live.phase_stats, live.transitions)
+def _recommend(pod_id: str, st: Mapping[str, Any], live: Live, policies: LivePolicies) -> dict[str, Any]:
+    alloc = policies.next_allocation()
     phase = st["run_phase"]
-    nxt = most_likely_next(phase, live.next_phase) if phase is not None else None
+    nxt = live.next_phase.get(int(phase)) if phase is not None else None
     return {
         "kind": "rec", POD_ID: pod_id, SERVICE: st["service"], TS: _timestamp(st["last_ts"]), "step": int(st["last_step"]),
         "phase": phase, "phase_name": live.name(phase),
         "phase_since_ts": None if st["run_since_ts"] is None else _timestamp(st["run_since_ts"]),
         "phase_since_step": st["run_since_step"],
         "next_phase": None if nxt is None else nxt[0], "next_phase_probability": None if nxt is None else nxt[1],
-        "policy": live.policy, "for_step": int(alloc["step"]), "interval": int(alloc["interval"]),
+        "cpu_policy": live.deployment.policies["cpu"], "mem_policy": live.deployment.policies["mem"],
+        "for_step": int(alloc["step"]), "interval": int(alloc["interval"]),
         "cpu_cores": _finite(alloc["cpu"]), "mem_bytes": _finite(alloc["mem"]),
         "cpu_num_cores": _finite(alloc["cpu_limit"]), "mem_limit": _finite(alloc["mem_limit"]),
-        "model_id": live.model_id, "late_samples": int(st["late_samples"]),
+        "model_id": live.model_id, "policy_model_id": live.deployment.model_id, "late_samples": int(st["late_samples"]),
     }
 
 
@@ -259,4 +242,4 @@ def _finite(v: float) -> float | None:
     return float(v) if v is not None and math.isfinite(v) else None
 
 
-__all__ = ["LATE_REASON", "Live", "advance", "epoch_seconds", "new_state", "state_from_tuple", "state_to_tuple", "trace_frame"]
+__all__ = ["LATE_REASON", "Live", "advance", "epoch_seconds", "new_state", "state_from_tuple", "state_to_tuple"]

@@ -212,11 +212,11 @@ def _output_frame(out: pd.DataFrame) -> pd.DataFrame:
 class BatchWriter:
     """The ``foreachBatch`` sink: checks the model, then writes one micro-batch with idempotent MERGEs."""
 
-    def __init__(self, lake: Lake, model_path: str, current_model: Callable[[], str], report: StreamReport,
+    def __init__(self, lake: Lake, model_path: Any, current_model: Callable[[], Any], report: StreamReport,
                  measure_delays: bool = False) -> None:
         self.lake, self.model_path, self.current_model = lake, model_path, current_model
         self.report, self.measure_delays = report, measure_delays
-        self.pending: str | None = None
+        self.pending: Any = None
         self.tables_ready = False
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -277,23 +277,23 @@ def _ts_literal(epoch_micros: int) -> str:
 
 def run_stream(
     lake: Lake,
-    prepare: Callable[[str], Live],
-    current_model: Callable[[], str],
+    prepare: Callable[[Any], Live],
+    current_model: Callable[[], Any],
     checkpoint: str,
     trigger: str = "availableNow",
     interval_seconds: float = 10.0,
     max_seconds: float | None = None,
     max_files_per_trigger: int = 1_000_000,
-    on_model: Callable[[str, str], None] | None = None,
+    on_model: Callable[[Any, Live], None] | None = None,
     measure_delays: bool = False,
     state_ttl_hours: float | None = None,
     input_folder: str | None = None,
     ingest_settings: Any = None,
 ) -> StreamReport:
     """Run the stream until bronze is drained (``availableNow``) or, ``continuous``, a micro-batch every
-    ``interval_seconds`` until ``max_seconds`` (None: until stopped). ``prepare(model_path)`` gives the
-    :class:`Live` inputs of a model; ``current_model()`` the model path to use now (asked at every batch
-    boundary); ``on_model(path, model_id)`` is told each model the stream starts with.
+    ``interval_seconds`` until ``max_seconds`` (None: until stopped). ``prepare(models)`` gives the
+    :class:`Live` inputs of the models ``current_model()`` names (the phase and the policy model to use now,
+    asked at every batch boundary); ``on_model(models, live)`` is told each pair the stream starts with.
 
     ``input_folder``: a second query ingests the folder's new files into bronze (``ingest_settings``: the
     ingest section), its checkpoint beside ``checkpoint`` (``<checkpoint>-files``). ``availableNow`` ingests
@@ -316,7 +316,7 @@ def run_stream(
             live = prepare(path)
             report.models.append(live.model_id)
             if on_model is not None:
-                on_model(path, live.model_id)
+                on_model(path, live)
             writer = BatchWriter(lake, path, current_model, report, measure_delays)
             out = live_rows(bronze_stream(lake, max_files_per_trigger), live, state_ttl_hours)
             stream = out.writeStream.foreachBatch(writer).option("checkpointLocation", checkpoint).outputMode("append")
