@@ -352,3 +352,25 @@ def test_an_unreachable_maven_central_is_one_line(tmp_path, monkeypatch, capsys)
     assert "repo1.maven.org" in str(info.value)
     assert len(capsys.readouterr().out.strip().splitlines()) == 1  # the one 'fetching' line, no resolver noise
     assert "central" in (tmp_path / "ivy" / session.IVY_SETTINGS_NAME).read_text()
+
+
+def test_no_import_cycle_runs_through_config(project_root):
+    """The configuration is the layer every module reads its parameters from: it imports no library module that
+    could import it back (any import statement counts, lazy ones too)."""
+    import ast
+
+    import networkx as nx
+
+    modules = {".".join(p.relative_to(project_root).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in (project_root / "ai4dl").rglob("*.py")}
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ai4dl"):
+                targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("ai4dl")]
+            graph.add_edges_from((name, t) for t in targets if t in modules and t != name)
+    assert set(graph.successors("ai4dl.config")) <= {"ai4dl.errors", "ai4dl.durations", "ai4dl.lake.columns"}
+    assert not [c for c in nx.simple_cycles(graph) if "ai4dl.config" in c]
