@@ -434,19 +434,6 @@ def _sequences_of(cfg: Config, lake: Any, commit: tuple[int, str] | None) -> Any
     return lake.read("sequences", version=version)
 
 
-def _next_phase_scores(runs: Any, transitions: Any) -> dict[str, float]:
-    """How often the training transitions predict a held-out container's next phase (micro F1 over run ends)."""
-    from ai4dl.policies.nextphase import f1_scores, next_phase_f1
-
-    pdf = runs.select("pod_id", "run", "phase").toPandas()
-    counts = {"boundaries": 0, "predicted": 0, "correct": 0}
-    for _, pod in pdf.sort_values(["pod_id", "run"]).groupby("pod_id"):
-        scores = next_phase_f1(pod["phase"].tolist(), transitions)
-        for k in counts:
-            counts[k] += int(scores[k])
-    return {**counts, **f1_scores(**counts)}
-
-
 def resolve_policy_model(cfg: Config) -> tuple[Any, str]:
     """The policy model a consumer uses: ``policies.model``, or the latest one ``ai4dl policies`` saved."""
     from ai4dl.policies.model import resolve
@@ -495,7 +482,10 @@ def policies(cfg: Config, lake: Any) -> _Output:
     print(format_comparison(table, header=f"policy model {model.model_id} -> {path} (phase model {phase_model_id})"))
     scores = {}
     if sequences is not None:
-        scores = _next_phase_scores(split.held_out(sequences), model.transitions)
+        from ai4dl.policies.nextphase import fleet_next_phase_f1
+
+        runs = split.held_out(sequences).select("pod_id", "run", "phase").toPandas()
+        scores = fleet_next_phase_f1(runs, model.transitions)
         print(f"phase.proactive: {format_next_phase(scores)}")
     details: dict[str, Any] = {"model": model, "path": path, "calibration": table, "frontier": held_totals, "next_phase": scores}
     if cfg.mlflow.enabled:

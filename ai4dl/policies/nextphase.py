@@ -118,6 +118,17 @@ def next_phase_f1(phases: Any, transitions: Any) -> dict[str, float]:
     return {"boundaries": boundaries, "predicted": predicted, "correct": correct, **f1_scores(boundaries, predicted, correct)}
 
 
+def fleet_next_phase_f1(runs: pd.DataFrame, transitions: Any) -> dict[str, float]:
+    """:func:`next_phase_f1` over many containers' runs (``pod_id``, ``run``, ``phase``: gold
+    ``phase_sequences`` rows), counts summed before the scores (micro-averaged over the fleet's run ends)."""
+    counts = {"boundaries": 0, "predicted": 0, "correct": 0}
+    for _, pod in runs.sort_values(["pod_id", "run"]).groupby("pod_id"):
+        scores = next_phase_f1(pod["phase"].tolist(), transitions)
+        for k in counts:
+            counts[k] += int(scores[k])
+    return {**counts, **f1_scores(**counts)}
+
+
 def next_phase_table(transitions: Any) -> dict[int, tuple[int, float]]:
     """``{phase: (most likely next phase, its probability)}`` for every phase with a known successor: what the
     policy model keeps for the live recommendations."""
@@ -125,4 +136,4 @@ def next_phase_table(transitions: Any) -> dict[int, tuple[int, float]]:
     return {src: nxt for src in sorted(successors) if (nxt := most_likely_next(src, successors)) is not None}
 
 
-__all__ = ["f1_scores", "most_likely_next", "next_phase_f1", "next_phase_table", "normalise_transitions"]
+__all__ = ["f1_scores", "fleet_next_phase_f1", "most_likely_next", "next_phase_f1", "next_phase_table", "normalise_transitions"]
