@@ -53,6 +53,21 @@ def write(target: str | Path, write_files: Callable[[Path], list[str]], manifest
     return target
 
 
+def read_json(path: Path, missing: str = "missing", fmt: str | None = None) -> Any:
+    """A model file's JSON (with ``fmt``: a mapping whose ``format`` is ``fmt``); a missing or unreadable file,
+    or another format, is one :class:`~ai4dl.errors.ModelError` line naming it."""
+    if not path.is_file():
+        raise ModelError(f"{path}: {missing}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{path}: not valid JSON ({exc})") from None
+    if fmt is not None and (not isinstance(data, dict) or data.get("format") != fmt):
+        found = data.get("format") if isinstance(data, dict) else None
+        raise ModelError(f"{path}: format {found!r}, expected {fmt!r}")
+    return data
+
+
 def read_manifest(directory: str | Path, fmt: str, required: tuple[str, ...]) -> dict[str, Any]:
     """The manifest of a model directory of format ``fmt``, after checking that it lists every ``required``
     file and that every file it lists is there with its checksum."""
@@ -60,15 +75,7 @@ def read_manifest(directory: str | Path, fmt: str, required: tuple[str, ...]) ->
     if not d.is_dir():
         raise ModelError(f"model directory {d} does not exist")
     path = d / MANIFEST
-    if not path.is_file():
-        raise ModelError(f"{path}: missing; not a model directory")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
-        found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise ModelError(f"{path}: format {found!r}, expected {fmt!r}")
+    manifest = read_json(path, "missing; not a model directory", fmt)
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise ModelError(f"{path}: lists no files")
@@ -115,4 +122,4 @@ def save_version(root: str | Path, name: str, model_id: str, id_of: Callable[[Pa
     return save(Path(root) / name / f"v{number:04d}")
 
 
-__all__ = ["MANIFEST", "latest_version", "read_manifest", "save_version", "sha256", "versions", "write"]
+__all__ = ["MANIFEST", "latest_version", "read_json", "read_manifest", "save_version", "sha256", "versions", "write"]

@@ -9,7 +9,6 @@ the first ``n_history + 1`` rows from all-zero activations; it is the oracle the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,13 @@ from ai4dl.method.crbm import CRBMWeights
 from ai4dl.method.model import ModelError, PhaseModel
 from ai4dl.method.scaler import Scaler
 from ai4dl.lake.columns import lake_name
+from ai4dl.versioned import read_json
 
 REFERENCE_FORMAT = "ai4dl-reference-crbm-kmeans/1"
 
 
 def read_reference(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ModelError(f"{p}: no such reference model file")
-    try:
-        data = json.loads(p.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{p}: not valid JSON ({exc})") from None
-    if data.get("format") != REFERENCE_FORMAT:
-        raise ModelError(f"{p}: format {data.get('format')!r}, expected {REFERENCE_FORMAT!r}")
-    return data
+    return read_json(Path(path), "no such reference model file", REFERENCE_FORMAT)
 
 
 def feature_major_to_time_major(m: np.ndarray, n_visible: int, n_history: int) -> np.ndarray:

@@ -197,11 +197,7 @@ def load(directory: str | Path) -> PolicyModel:
     d = Path(directory)
     manifest = versioned.read_manifest(d, FORMAT, (POLICY_FILE,))
     path = d / POLICY_FILE
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{path}: not valid JSON ({exc})") from None
-    model = PolicyModel.from_dict(data, str(path))
+    model = PolicyModel.from_dict(versioned.read_json(path), str(path))
     if manifest.get("model_id") != model.model_id:
         raise ModelError(f"{d / versioned.MANIFEST}: model_id does not match the stored numbers")
     return dataclasses.replace(model, info=dict(manifest.get("info") or {}))

@@ -500,41 +500,56 @@ def plot_savings(summary_pdf: pd.DataFrame, png_path: str | Path, title: str | N
 
 def plot_frontier(totals: pd.DataFrame, calibration: pd.DataFrame | None, png_path: str | Path,
                   target: float | Mapping[str, float | None] | None = None, title: str | None = None) -> Path:
-    """The frontier: savings vs static against fulfilment over each policy's knob range, held-out containers
-    (one panel per resource; rows of :func:`ai4dl.policies.fleet.frontier_totals`). The knob chosen on the
-    training containers is ringed; the dashed line is the target fulfilment (one for both resources, or per
-    resource; none for memory held to an OOM budget). Up and right is better."""
-    heading = title or "Policy frontiers (held-out containers): savings vs fulfilment over each knob"
+    """The frontier: savings vs static against the service level over each policy's knob range, held-out
+    containers (one panel per resource; rows of :func:`ai4dl.policies.fleet.frontier_totals`). The service level
+    is the share of steps met, or, for memory held to an OOM budget (the calibration's ``oom_budget_per_100h``),
+    OOM kills per 100 container-hours (log scale, the budget dashed; left is better there). The knob chosen on
+    the training containers is ringed; the dashed line is the target (one for both resources, or per resource)."""
+    heading = title or "Policy frontiers (held-out containers): savings over each knob at the service level it gives"
     if totals is None or totals.empty:
         return _empty(png_path, heading)
     df = totals.copy()
     df["fulfilment"] = df["met_steps"] / df["steps"].where(df["steps"] > 0)
     df["savings"] = 1.0 - df["allocated"] / df["static_allocated"].where(df["static_allocated"] > 0)
+    if "hours" in df.columns:
+        df["kills"] = 100.0 * df["oom_kills"] / df["hours"].where(df["hours"] > 0)
     resources = [r for r in RESOURCES if r in set(df["resource"])]
     fig = _figure(6.2 * max(len(resources), 1), 5.2)
     for j, res in enumerate(resources):
         ax = fig.add_subplot(1, len(resources), j + 1)
         part = df[df["resource"] == res]
+        budget = None
+        if calibration is not None and "oom_budget_per_100h" in calibration and "kills" in part:
+            budgets = calibration[calibration["resource"] == res]["oom_budget_per_100h"].dropna()
+            budget = float(budgets.iloc[0]) if len(budgets) else None
+        x_col = "fulfilment" if budget is None else "kills"
+        floor = 0.5 * max(float(part[x_col][part[x_col] > 0].min()), 1e-3) if budget is not None and (part[x_col] > 0).any() else 0.1
         for policy in [p for p in POLICIES if p in set(part["policy"])]:
             rows = part[part["policy"] == policy].sort_values("knob")
             colour = policy_colour(policy)
             style = "-o" if rows["knob"].notna().any() else "s"
-            ax.plot(rows["fulfilment"], rows["savings"], style, color=colour, markersize=3.5, linewidth=1.2, label=policy)
+            x = rows[x_col] if budget is None else rows[x_col].clip(lower=floor)  # zero kills drawn at the axis' floor
+            ax.plot(x, rows["savings"], style, color=colour, markersize=3.5, linewidth=1.2, label=policy)
             if calibration is not None and not calibration.empty:
                 chosen = calibration[(calibration["policy"] == policy) & (calibration["resource"] == res)]
                 for c in chosen.itertuples(index=False):
-                    ax.plot([c.fulfilment], [c.savings_vs_static], "o", markersize=10, markerfacecolor="none",
+                    cx = c.fulfilment if budget is None else max(float(c.oom_kills_per_100h), floor)
+                    ax.plot([cx], [c.savings_vs_static], "o", markersize=10, markerfacecolor="none",
                             markeredgecolor=colour, markeredgewidth=1.6)
-        line = target.get(res) if isinstance(target, Mapping) else target
+        line = budget if budget is not None else (target.get(res) if isinstance(target, Mapping) else target)
         if line is not None:
-            ax.axvline(line, color="#555555", linestyle="--", linewidth=0.9)
-        ax.set_xlabel("fulfilment (steps with allocation >= usage)")
+            ax.axvline(max(line, floor) if budget is not None else line, color="#555555", linestyle="--", linewidth=0.9)
+        if budget is None:
+            ax.set_xlabel("fulfilment (steps with allocation >= usage)")
+            ax.xaxis.set_major_formatter(lambda v, _pos: f"{100 * v:.0f}%")
+        else:
+            ax.set_xscale("log")
+            ax.set_xlabel(f"OOM kills per 100 container-hours (log; none drawn at {floor:.2g}; budget {budget:g})")
         ax.set_ylabel("savings vs static")
-        ax.xaxis.set_major_formatter(lambda v, _pos: f"{100 * v:.0f}%")
         ax.yaxis.set_major_formatter(lambda v, _pos: f"{100 * v:.0f}%")
         ax.set_title(RESOURCE_LABELS.get(res, res), fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="lower left")
+        ax.legend(fontsize=7, loc="lower left" if budget is None else "upper right")
     fig.suptitle(heading, fontsize=11)
     return _save(fig, png_path)
 
