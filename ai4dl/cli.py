@@ -30,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--containers", type=int, help="shortcut for --set generate.containers=N")
     g.add_argument("--steps", type=int, help="shortcut for --set generate.steps=N")
     g.add_argument("--seed", type=int, help="shortcut for --set generate.seed=N")
+    g.add_argument("--profile", help="shortcut for --set generate.profile=NAME (ai4dl: the default; training-loop)")
     g.add_argument("--out", default="data/raw/generated", help="output folder")
     g.add_argument("--format", default="csv", choices=["csv", "parquet", "delta"])
 
@@ -173,7 +174,7 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         value = getattr(args, flag, None)
         if value is not None:
             out.append(f"{key}={value}")
-    for flag in ("containers", "steps", "seed"):
+    for flag in ("containers", "steps", "seed", "profile"):
         value = getattr(args, flag, None)
         if value is not None:
             out.append(f"generate.{flag}={value}")

@@ -162,6 +162,11 @@ class PrometheusConfig(_Section):
                     raise ConfigError(f"prometheus.{key}: {value!r} is not allowed: epoch seconds, ISO-8601 or now-6h") from None
 
 
+# Profiles of the synthetic fleet (ai4dl.traces.synthetic): the five AI4DL behaviours in a Markov chain, or jobs that
+# run a regular training loop (warm-up, then epochs of training, evaluation and periodic checkpoints).
+GENERATOR_PROFILES: tuple[str, ...] = ("ai4dl", "training-loop")
+
+
 @dataclass(frozen=True)
 class GenerateConfig(_Section):
     section: ClassVar[str] = "generate"
@@ -172,6 +177,7 @@ class GenerateConfig(_Section):
     start: int = _key(1_700_000_000, lo=0)  # epoch seconds of the first sample
     interval_seconds: int = _key(30, lo=1)
     partitions: int = _key(0, lo=0)  # 0: two per core
+    profile: str = _key("ai4dl", choices=GENERATOR_PROFILES)
 
 
 @dataclass(frozen=True)

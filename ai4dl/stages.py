@@ -179,10 +179,11 @@ def generate(cfg: Config, lake: Any, out: str | None = None, fmt: str = "csv") -
 
     g = cfg.generate
     out = out or default_generated_path(cfg)
-    df = generate_fleet(lake.spark, g.containers, g.steps, g.seed, g.services, g.start, g.interval_seconds, g.partitions)
+    df = generate_fleet(lake.spark, g.containers, g.steps, g.seed, g.services, g.start, g.interval_seconds, g.partitions,
+                        profile=g.profile)
     write_fleet(df, out, fmt)
     rows = g.containers * g.steps
-    print(f"generate: {g.containers} containers x {g.steps} steps = {rows} rows ({fmt}) -> {out}")
+    print(f"generate: {g.containers} containers x {g.steps} steps = {rows} rows ({fmt}, profile {g.profile}) -> {out}")
     return _Output({out: rows}, details={"path": out})
 
 
