@@ -272,7 +272,7 @@ class BehaviourConfig(_Section):
 # Allocation policies (ai4dl.policies): the replay compares them all, the stream deploys one per resource.
 POLICIES: tuple[str, ...] = (
     "static", "current.step.max", "current.step.rules", "prev.step.max", "prev.step.rules", "phase.rule",
-    "phase.proactive", "phase.headroom", "vpa",
+    "phase.proactive", "phase.headroom", "forecast", "phase.forecast", "vpa",
 )
 # The oracles read the interval they allocate for: they bound what a policy could do, and cannot run live.
 ORACLES: tuple[str, ...] = ("current.step.max", "current.step.rules")
@@ -297,6 +297,14 @@ class PoliciesConfig(_Section):
     # phase.headroom's knob: the quantile of the usage jumps seen after a phase (training containers) added,
     # as a share of the limit, to the previous interval's max.
     headroom_quantile: float = _key(0.9, lo=0, hi=1)
+    # forecast / phase.forecast (ai4dl/policies/forecast.py): gradient-boosted trees forecast the coming
+    # interval's peak at forecast_quantile from the last intervals (and the phase); forecast_margin, a share of
+    # the limit added to the forecast, is their knob. They are fitted on at most forecast_max_rows intervals of
+    # forecast_fit_share of the training containers and calibrated on the other training containers.
+    forecast_quantile: float = _key(0.95, lo=0, hi=1, lo_open=True)
+    forecast_margin: float = _key(0.0, lo=-1, hi=1)
+    forecast_max_rows: int = _key(200_000, lo=100)
+    forecast_fit_share: float = _key(0.5, lo=0, hi=1, lo_open=True)
     # The service level policies are compared at and the policy model is calibrated for: each policy's knob is
     # chosen on the training containers so that it is reached, then scored on the held-out containers. CPU:
     # the share of steps whose usage is met (target_fulfilment, or target_fulfilment_cpu). Memory: an OOM

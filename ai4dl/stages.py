@@ -473,7 +473,8 @@ def policies(cfg: Config, lake: Any) -> _Output:
                           data_version={"phases": lake.path("phases"), "version": commit[0] if commit else None,
                                         "timestamp": commit[1] if commit else None})
     path = str(save_version(model, cfg.lake.models, p.model_name))
-    frontier = lake.overwrite("policy_frontier", replay_fleet_grid(test, p, model.phase_stats, model.transitions))
+    frontier = lake.overwrite("policy_frontier", replay_fleet_grid(test, p, model.phase_stats, model.transitions,
+                                                                     forecasters=model.forecasters))
     frontier_df = lake.read("policy_frontier")
     written = {"policy_replay": lake.overwrite("policy_replay", replay_at_knobs(frontier_df, model.knob_table())),
                "policy_frontier": frontier}

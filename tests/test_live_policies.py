@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from ai4dl.config import LIVE_POLICIES, PoliciesConfig
+from ai4dl.policies.forecast import Forecaster, trace_inputs
 from ai4dl.policies.live import Deployment, LivePolicies
 from ai4dl.policies.replay import Trace, allocations
 from ai4dl.policies.rules import HEADROOM_LEVELS, KNOBS
@@ -43,6 +44,21 @@ def _trace(seed: int, n: int) -> pd.DataFrame:
                          "mem_limit": 8 * GB})
 
 
+_FORECASTERS: dict = {}
+
+
+def _forecasters() -> dict:
+    """``forecast`` and ``phase.forecast`` fitted on other containers of the same kind (interval 7)."""
+    if not _FORECASTERS:
+        for resource in ("cpu", "mem"):
+            parts = [trace_inputs(t.usage[resource], t.limit[resource], t.phases, 7, (0, 1, 2))
+                     for t in (Trace.of(_trace(seed, 460), PoliciesConfig(interval_steps=7)) for seed in range(10, 16))]
+            x, y = np.vstack([p.x for p in parts]), np.concatenate([p.target for p in parts])
+            _FORECASTERS.setdefault("forecast", {})[resource] = Forecaster.fit(x[:, :12], y, 0.9)
+            _FORECASTERS.setdefault("phase.forecast", {})[resource] = Forecaster.fit(x, y, 0.9, (0, 1, 2))
+    return _FORECASTERS
+
+
 def _live(deployment: Deployment, pdf: pd.DataFrame, every: int | None = None):
     """Feed ``pdf`` step by step, the state written and read back every ``every`` steps (a micro-batch boundary or
     a restart); yields the allocation for the next step after each."""
@@ -72,9 +88,10 @@ def test_live_allocation_equals_the_replays_for_every_policy(policy, seed):
         trace = Trace.of(pdf, params)
         want = {}
         for r in ("cpu", "mem"):
-            want[r], killed = allocations(policy, trace, r, params, STATS, TRANSITIONS)
+            want[r], killed = allocations(policy, trace, r, params, STATS, TRANSITIONS, _forecasters())
             kills += int(killed.sum()) if r == "mem" else 0
-        deployment = Deployment({"cpu": policy, "mem": policy}, {"cpu": params, "mem": params}, STATS, TRANSITIONS, "m")
+        deployment = Deployment({"cpu": policy, "mem": policy}, {"cpu": params, "mem": params}, STATS, TRANSITIONS, "m",
+                                _forecasters())
         for t, live in enumerate(_live(deployment, pdf, every=5 + seed)):
             if t + 1 == len(pdf):
                 break
@@ -109,7 +126,8 @@ def test_a_containers_live_state_does_not_grow_with_its_age(policy):
     """The state is running summaries, never the trace: its JSON is about as long after 2,000 steps as after
     100 (VPA's histograms hold at most a few hundred buckets, whatever the age)."""
     params = PoliciesConfig(interval_steps=10)
-    deployment = Deployment({"cpu": policy, "mem": policy}, {"cpu": params, "mem": params}, STATS, TRANSITIONS)
+    deployment = Deployment({"cpu": policy, "mem": policy}, {"cpu": params, "mem": params}, STATS, TRANSITIONS, "m",
+                            _forecasters())
     sizes = {}
     for t, live in enumerate(_live(deployment, _trace(5, 2000))):
         if t + 1 in (100, 2000):

@@ -60,15 +60,21 @@ class ContainerSplit:
 
         return df.where(self.is_training(F.col(pod_column)))
 
-    def training_sample(self, df: "DataFrame", share: float, pod_column: str = "pod_id") -> "DataFrame":
-        """The training containers whose hash falls in the first ``share`` of the training range: about that
-        share of them, the same ones on every run, and a smaller share gives a subset of a larger one's."""
+    def in_training_sample(self, pod_id: "Column", share: float) -> "Column":
+        """A boolean column: the container's hash falls in the first ``share`` of the training range."""
         from pyspark.sql import functions as F
 
         if not 0.0 < float(share) <= 1.0:
             raise ConfigError(f"training_sample: share {share!r} is not in (0, 1]")
         cut = max(1, int(round(float(share) * float(self.train_fraction) * _BUCKETS)))
-        return df.where(self._bucket(F.col(pod_column)) < F.lit(cut))
+        return self._bucket(pod_id) < F.lit(cut)
+
+    def training_sample(self, df: "DataFrame", share: float, pod_column: str = "pod_id") -> "DataFrame":
+        """The training containers whose hash falls in the first ``share`` of the training range: about that
+        share of them, the same ones on every run, and a smaller share gives a subset of a larger one's."""
+        from pyspark.sql import functions as F
+
+        return df.where(self.in_training_sample(F.col(pod_column), share))
 
     def held_out(self, df: "DataFrame", pod_column: str = "pod_id") -> "DataFrame":
         from pyspark.sql import functions as F

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -14,7 +15,8 @@ from pyspark.sql.window import Window
 from ai4dl.config import POLICIES, PoliciesConfig
 from ai4dl.lake.schema import POLICY_FRONTIER, POLICY_REPLAY
 from ai4dl.policies.nextphase import normalise_transitions
-from ai4dl.policies.replay import INPUT_COLUMNS, REPLAY_COLUMNS, replay_container, replay_container_grid
+from ai4dl.policies.forecast import trace_inputs
+from ai4dl.policies.replay import INPUT_COLUMNS, REPLAY_COLUMNS, Trace, replay_container, replay_container_grid
 from ai4dl.policies.rules import HEADROOM_LEVELS, RESOURCES, finite_value, normalise_stats
 
 
@@ -39,14 +41,15 @@ def _by_container(phases_df: DataFrame) -> DataFrame:
 
 
 def replay_fleet(
-    phases_df: DataFrame, params: PoliciesConfig | None = None, phase_stats: Mapping | None = None, transitions: Any = None
+    phases_df: DataFrame, params: PoliciesConfig | None = None, phase_stats: Mapping | None = None, transitions: Any = None,
+    forecasters: Mapping | None = None,
 ) -> DataFrame:
     """:func:`replay_container` over every container of a ``PHASES`` DataFrame, in the executors."""
     params = params or PoliciesConfig()
     stats, flat = _plain(phase_stats, transitions)
 
     def replay(pdf: pd.DataFrame) -> pd.DataFrame:
-        return replay_container(pdf, params, stats, flat)
+        return replay_container(pdf, params, stats, flat, forecasters)
 
     return _by_container(phases_df).groupBy("pod_id").applyInPandas(replay, POLICY_REPLAY)
 
@@ -58,6 +61,7 @@ def replay_fleet_grid(
     transitions: Any = None,
     knobs: Mapping[str, Sequence[float]] | None = None,
     policies: Sequence[str] | None = None,
+    forecasters: Mapping | None = None,
 ) -> DataFrame:
     """:func:`replay_container_grid` over every container (``POLICY_FRONTIER`` rows), in the executors; summed
     per (policy, resource, knob) it is what :func:`~ai4dl.policies.replay.choose_knob` calibrates on."""
@@ -67,9 +71,38 @@ def replay_fleet_grid(
     chosen = None if policies is None else list(policies)
 
     def replay(pdf: pd.DataFrame) -> pd.DataFrame:
-        return replay_container_grid(pdf, params, stats, flat, grid, chosen)
+        return replay_container_grid(pdf, params, stats, flat, grid, chosen, forecasters)
 
     return _by_container(phases_df).groupBy("pod_id").applyInPandas(replay, POLICY_FRONTIER)
+
+
+FORECAST_ROWS = "resource string, x array<double>, y double"
+
+
+def forecast_training_rows(phases_df: DataFrame, params: PoliciesConfig, phase_list: Sequence[int],
+                           max_rows: int, seed: int = 0) -> pd.DataFrame:
+    """What a forecaster learns from (:mod:`ai4dl.policies.forecast`): every interval of every container with a
+    previous interval and a known peak jump, as ``(resource, x, y)`` rows built in the executors by the same
+    :func:`~ai4dl.policies.forecast.trace_inputs` the replay decides with (``x`` with the phase inputs of
+    ``phase_list``), then a seeded sample of about ``max_rows`` of them per resource brought to the driver."""
+    length = int(params.interval_steps)
+    phase_list = [int(p) for p in phase_list]
+
+    def rows(pdf: pd.DataFrame) -> pd.DataFrame:
+        trace = Trace.of(pdf, params)
+        parts = []
+        for resource in RESOURCES:
+            inputs = trace_inputs(trace.usage[resource], trace.limit[resource], trace.phases, length, phase_list)
+            keep = np.isfinite(inputs.target) & np.isfinite(inputs.prev_max)
+            parts.append(pd.DataFrame({"resource": resource, "x": list(inputs.x[keep]), "y": inputs.target[keep]}))
+        return pd.concat(parts, ignore_index=True)
+
+    intervals = max(1, phases_df.count() // length)  # about this many intervals per resource
+    share = min(1.0, float(max_rows) / intervals)
+    out = _by_container(phases_df).groupBy("pod_id").applyInPandas(rows, FORECAST_ROWS)
+    if share < 1.0:
+        out = out.sample(fraction=share, seed=seed)
+    return out.toPandas()
 
 
 def replay_at_knobs(frontier_df: DataFrame, knobs: Mapping[tuple[str, str], float | None]) -> DataFrame:

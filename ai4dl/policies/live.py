@@ -8,7 +8,8 @@ per resource, what the rules read (:mod:`ai4dl.policies.rules`), all O(1) in the
 
 * the values of the interval being filled (at most ``interval_steps``) and the last full interval's max, mean
   and std (reactive rules, ``phase.headroom``);
-* the last labelled phase and the last known limit (phase rules);
+* the last labelled phase, how many labelled steps it has lasted, and the last known limit (phase rules);
+* for the forecasters, the last :data:`~ai4dl.policies.forecast.HISTORY` intervals' summaries;
 * the decision in force for this interval, raised by OOM kills, and whether the last step was above it;
 * for ``vpa``, the recommender itself: its decaying histograms and window peaks
   (:meth:`~ai4dl.policies.vpa.VpaRecommender.state`).
@@ -20,6 +21,7 @@ The state is a JSON text (:meth:`LivePolicies.dumps`), what Spark's state store 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ import numpy as np
 
 from ai4dl.config import LIVE_POLICIES, PoliciesConfig
 from ai4dl.errors import InputError
+from ai4dl.policies.forecast import FORECASTS, HISTORY, SUMMARY, Forecaster, TraceInputs, design, interval_stats
 from ai4dl.policies.model import PolicyModel
 from ai4dl.policies.rules import (
     RESOURCES,
@@ -55,6 +58,7 @@ class Deployment:
     phase_stats: Mapping[int, Mapping[str, Any]]
     successors: Mapping[int, Mapping[int, float]]
     model_id: str = "-"
+    forecasters: Mapping[str, Mapping[str, Forecaster]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bad = {r: p for r, p in self.policies.items() if p not in LIVE_POLICIES}
@@ -68,7 +72,7 @@ class Deployment:
     def of(cls, model: PolicyModel, choice: str = "best") -> "Deployment":
         policies = model.deployment(choice)
         return cls(policies, {r: model.params_for(p, r) for r, p in policies.items()},
-                   normalise_stats(model.phase_stats), model.transitions, model.model_id)
+                   normalise_stats(model.phase_stats), model.transitions, model.model_id, model.forecasters)
 
     @classmethod
     def limits(cls, params: PoliciesConfig | None = None) -> "Deployment":
@@ -88,13 +92,15 @@ class _Resource:
         self.policy, self.params = policy, params
         self.block: list[float] = []  # the usage of the interval being filled
         self.prev = (math.nan, math.nan, math.nan)  # the last full interval's max, mean, std
+        self.history: list[list[float]] = []  # the last full intervals' SUMMARY, most recent first (forecasters)
         self.decision = math.nan  # in force for the current interval (NaN: the limit)
         self.limit = math.nan  # the last known limit
         self.prev_over, self.prev_alloc = False, math.nan
         self.vpa = VpaRecommender(vpa_params(params, True)) if policy == "vpa" else None
 
     def state(self) -> dict[str, Any]:
-        return {"block": self.block, "prev": list(self.prev), "decision": self.decision, "limit": self.limit,
+        return {"block": self.block, "prev": list(self.prev), "history": self.history, "decision": self.decision,
+                "limit": self.limit,
                 "prev_over": self.prev_over, "prev_alloc": self.prev_alloc,
                 "vpa": None if self.vpa is None else self.vpa.state()}
 
@@ -102,6 +108,7 @@ class _Resource:
         num = lambda v: math.nan if v is None else float(v)  # noqa: E731  (JSON has no NaN: null)
         self.block = [num(v) for v in state["block"]]
         self.prev = tuple(num(v) for v in state["prev"])  # type: ignore[assignment]
+        self.history = [[num(v) for v in h] for h in state.get("history", [])]
         self.decision, self.limit = num(state["decision"]), num(state["limit"])
         self.prev_over, self.prev_alloc = bool(state["prev_over"]), num(state["prev_alloc"])
         if self.vpa is not None:
@@ -118,6 +125,7 @@ class LivePolicies:
         self.deployment = deployment
         self.steps = 0  # steps observed; the next one is step number `steps`
         self.phase = math.nan  # the last labelled phase
+        self.run = 0  # labelled steps the last labelled phase has lasted
         self.resources = {r: _Resource(deployment.policies[r], deployment.params[r]) for r in RESOURCES}
 
     # ---- one step ----
@@ -132,11 +140,15 @@ class LivePolicies:
             if lim == lim:
                 state.limit = lim
         if phase is not None and phase == phase:
+            self.run = self.run + 1 if float(phase) == self.phase else 1
             self.phase = float(phase)
         self.steps += 1
         if self.steps % length == 0:
             for resource, state in self.resources.items():
-                state.prev = tuple(float(a[0]) for a in interval_summaries(np.asarray(state.block, dtype=float), length))
+                block = np.asarray(state.block, dtype=float)
+                state.prev = tuple(float(a[0]) for a in interval_summaries(block, length))
+                if state.policy in FORECASTS:
+                    state.history = [[float(v) for v in interval_stats(block, length)[0]], *state.history][:HISTORY]
                 state.block = []
                 state.decision = self._decide(resource, state)
 
@@ -175,6 +187,16 @@ class LivePolicies:
         if policy in ("prev.step.max", "prev.step.rules"):
             return float(reactive_decisions(policy, params, *(one(v) for v in state.prev))[0])
         phase, limit = one(self.phase), one(state.limit)
+        if policy in FORECASTS:
+            fc = d.forecasters.get(policy, {}).get(resource)
+            if fc is None:
+                return math.nan
+            hist = np.full((1, HISTORY, len(SUMMARY)), np.nan)
+            for k, summary in enumerate(state.history):
+                hist[0, k, :] = summary
+            run = one(self.run if self.phase == self.phase else math.nan)
+            inputs = TraceInputs(design(hist, limit, phase, run, fc.phases), hist[:, 0, 0], limit, one(math.nan))
+            return float(fc.decisions(inputs, float(params.forecast_margin))[0])
         if policy == "phase.headroom":
             return float(headroom_decisions(one(state.prev[0]), phase, limit, params, d.phase_stats, resource)[0])
         successors = d.successors if policy == "phase.proactive" else None
@@ -192,7 +214,7 @@ class LivePolicies:
 
     # ---- kept between micro-batches ----
     def dumps(self) -> str:
-        return json.dumps({"steps": self.steps, "phase": _json(self.phase),
+        return json.dumps({"steps": self.steps, "phase": _json(self.phase), "run": self.run,
                            "resources": {r: _json(s.state()) for r, s in self.resources.items()},
                            "policies": dict(self.deployment.policies), "model": self.deployment.model_id})
 
@@ -206,6 +228,7 @@ class LivePolicies:
         state = json.loads(text)
         live.steps = int(state["steps"])
         live.phase = _num(state["phase"])
+        live.run = int(state.get("run", 0))
         if state.get("policies") != dict(deployment.policies) or state.get("model") != deployment.model_id:
             for r in live.resources.values():  # the interval in progress keeps the limit; decisions resume next
                 r.block = [math.nan] * (live.steps % deployment.interval_steps)

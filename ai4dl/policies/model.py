@@ -6,6 +6,8 @@ A policy model holds everything a policy decision needs, fitted on the training 
 * per phase, the statistics the phase policies allocate from (``phase.rule``'s quantile of usage, as a share of
   the limit or absolute) and ``phase.headroom``'s quantile tables of the usage jumps that follow the phase;
 * the phase-transition probabilities (``phase.proactive``) and the next-phase table (live recommendations);
+* the forecasters of ``forecast`` and ``phase.forecast`` per resource (:mod:`ai4dl.policies.forecast`: trees as
+  plain arrays), fitted on a hash-chosen share of the training containers;
 * the calibrated knob of every policy family per resource, chosen on (a fixed subset of) the training
   containers as the cheapest value that reaches the service level, with what each reached there;
 * the service level, the policy the stream deploys per resource (the best one at that level), the bounds a
@@ -21,6 +23,7 @@ digest of its content.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -36,6 +39,7 @@ from ai4dl import __version__, versioned
 from ai4dl.config import LIVE_POLICIES, POLICIES, PoliciesConfig, from_dict
 from ai4dl.errors import ConfigError, ModelError
 from ai4dl.policies.calibration import ServiceLevel, best_live, choose_knob
+from ai4dl.policies.forecast import FORECASTS, HISTORY, SUMMARY, Forecaster
 from ai4dl.policies.nextphase import next_phase_table, normalise_transitions
 from ai4dl.policies.rules import HEADROOM_LEVELS, KNOBS, RESOURCES, finite_value, knob_of, vpa_params
 
@@ -63,6 +67,7 @@ class PolicyModel:
     phase_model_id: str | None
     data_version: dict[str, Any] = field(default_factory=dict)  # the phases table it was fitted on
     info: dict[str, Any] = field(default_factory=dict)
+    forecasters: dict[str, dict[str, Forecaster]] = field(default_factory=dict)  # policy -> resource -> trees
 
     def __post_init__(self) -> None:
         for policy, per_resource in self.knobs.items():
@@ -135,9 +140,10 @@ class PolicyModel:
             "best": self.best,
             "phase_model_id": self.phase_model_id,
             "data_version": self.data_version,
+            "forecasters": {p: {r: fc.as_dict() for r, fc in sorted(per.items())} for p, per in sorted(self.forecasters.items())},
         })
 
-    @property
+    @functools.cached_property
     def model_id(self) -> str:
         """Content digest: two models with the same numbers have the same id, wherever they are stored."""
         blob = json.dumps(self.as_dict(), sort_keys=True, allow_nan=False).encode()
@@ -152,8 +158,10 @@ class PolicyModel:
             transitions = normalise_transitions({(s, d): p for s, ds in data["transitions"].items() for d, p in ds.items()})
             knobs = {str(p): {str(r): (None if v is None else float(v)) for r, v in per.items()} for p, per in data["knobs"].items()}
             training = tuple(dict(row) for row in data["training"])
+            forecasters = {str(p): {str(r): Forecaster.from_dict(fc) for r, fc in per.items()}
+                           for p, per in (data.get("forecasters") or {}).items()}
             return cls(params, level, stats, transitions, knobs, training, dict(data["best"]),
-                       data.get("phase_model_id"), dict(data.get("data_version") or {}))
+                       data.get("phase_model_id"), dict(data.get("data_version") or {}), forecasters=forecasters)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelError(f"{where}: not a policy model ({type(exc).__name__}: {exc})") from None
         except ConfigError as exc:
@@ -245,6 +253,8 @@ class PolicyEstimator:
         """Fit on ``phases`` (the training containers' ``PHASES`` rows) for ``level`` (default: the params'
         service level). ``runs``: their phase runs (``gold/phase_sequences`` rows), when already built with
         the same smoothing; else they are computed."""
+        from pyspark.sql import functions as F
+
         from ai4dl.behaviour.sequences import run_lengths, transition_counts
         from ai4dl.policies.fleet import frontier_totals, replay_fleet_grid
 
@@ -254,7 +264,11 @@ class PolicyEstimator:
         runs = runs if runs is not None else run_lengths(phases, self.min_run_steps)
         transitions = normalise_transitions(transition_counts(runs).toPandas())
         calibrating, total = self.calibration_containers(phases)
-        totals = frontier_totals(replay_fleet_grid(calibrating, p, stats, transitions))
+        forecasters, fitted_on = self.fit_forecasters(phases, stats, log)
+        frontier = replay_fleet_grid(calibrating, p, stats, transitions, forecasters=forecasters)
+        if fitted_on is not None:  # a forecaster's margin is calibrated on containers its trees never saw
+            frontier = frontier.where(~F.col("policy").isin(*FORECASTS) | ~fitted_on)
+        totals = frontier_totals(frontier)
         if totals.empty:
             raise ModelError("policy model: no training containers with phases to calibrate on")
         chosen = choose_knob(totals, level)
@@ -271,7 +285,49 @@ class PolicyEstimator:
             params=p, level=level, phase_stats=stats, transitions=transitions, knobs=knobs, training=training,
             best=best_live(chosen, level), phase_model_id=phase_model_id, data_version=dict(data_version or {}),
             info={"calibration_containers": int(totals["containers"].max()), "training_containers": total},
+            forecasters=forecasters,
         )
+
+    def fit_forecasters(self, train: "DataFrame", stats: Mapping[int, Any], log: Any = print
+                        ) -> "tuple[dict[str, dict[str, Forecaster]], Any]":
+        """The forecasters of ``forecast`` (no phase inputs) and ``phase.forecast`` (with the phases of
+        ``stats``) per resource, fitted in the driver on a bounded sample of the intervals of a hash-chosen
+        ``forecast_fit_share`` of the training containers; and the column telling those containers apart (None
+        when there are too few containers to keep the two sides apart: then both learn from all of them, and
+        the log says so)."""
+        from pyspark.sql import functions as F
+
+        from ai4dl.method.split import ContainerSplit
+        from ai4dl.policies.fleet import forecast_training_rows
+
+        p = self.params
+        sampler = self.split or ContainerSplit(1.0, 42)
+        fitted_on = sampler.in_training_sample(F.col("pod_id"), float(p.forecast_fit_share))
+        sides = {bool(r[0]): int(r[1]) for r in train.select(fitted_on.alias("f"), "pod_id").distinct()
+                 .groupBy("f").count().collect()}
+        if min(sides.get(True, 0), sides.get(False, 0)) < 2:
+            fit_set, fitted_on = train, None
+            if log is not None:
+                log(f"policies: forecasters fitted and calibrated on the same {sum(sides.values())} training containers "
+                    "(too few to keep apart)")
+        else:
+            fit_set = train.where(fitted_on)
+        phase_list = sorted(int(k) for k in stats)
+        rows = forecast_training_rows(fit_set, p, phase_list, int(p.forecast_max_rows))
+        n_history = HISTORY * len(SUMMARY)
+        out: dict[str, dict[str, Forecaster]] = {}
+        for resource in RESOURCES:
+            part = rows[rows["resource"] == resource]
+            if len(part) < 20:
+                continue
+            x, y = np.vstack(part["x"].to_numpy()), part["y"].to_numpy(dtype=float)
+            out.setdefault("forecast", {})[resource] = Forecaster.fit(x[:, :n_history], y, p.forecast_quantile)
+            if phase_list:
+                out.setdefault("phase.forecast", {})[resource] = Forecaster.fit(x, y, p.forecast_quantile, phase_list)
+        if log is not None and out:
+            log(f"policies: forecasters fitted on {len(rows) // max(len(RESOURCES), 1)} intervals per resource "
+                f"(at quantile {p.forecast_quantile:g}; policies.forecast_max_rows={p.forecast_max_rows})")
+        return out, fitted_on
 
     def calibration_containers(self, train: "DataFrame") -> tuple["DataFrame", int | None]:
         """The training containers the knob grid is replayed on: all of them, or, on a fleet with more than

@@ -39,6 +39,7 @@ import pandas as pd
 from ai4dl.config import ORACLES, POLICIES, PoliciesConfig
 from ai4dl.errors import InputError
 from ai4dl.lake.columns import POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS
+from ai4dl.policies.forecast import FORECASTS, forecast_decisions
 from ai4dl.policies.nextphase import normalise_transitions
 from ai4dl.policies.rules import (
     KNOBS,
@@ -163,12 +164,16 @@ def _as_limit(limit: np.ndarray | float, n: int) -> np.ndarray:
 def interval_decisions(
     policy: str, usage: np.ndarray, lim: np.ndarray, length: int, params: PoliciesConfig,
     phases: np.ndarray | None, stats: Mapping[int, Mapping], resource: str, successors: Mapping | None,
+    forecasters: Mapping | None = None,
 ) -> np.ndarray:
     """Per interval, what ``policy`` (any but ``vpa``) decides before it: NaN where it has no decision (the limit
-    is allocated)."""
+    is allocated). ``forecasters``: policy -> resource -> :class:`~ai4dl.policies.forecast.Forecaster`."""
     n_int = -(-len(usage) // length)
     if policy == "static":
         return np.full(n_int, np.nan)
+    if policy in FORECASTS:
+        fc = (forecasters or {}).get(policy, {}).get(resource)
+        return forecast_decisions(fc, usage, lim, phases, length, float(params.forecast_margin))
     if policy in ORACLES:
         return reactive_decisions(policy, params, *interval_summaries(usage, length))
     if policy in ("prev.step.max", "prev.step.rules"):
@@ -300,7 +305,7 @@ def _quiet_runs(usage: np.ndarray, kept: np.ndarray, bounds: list[int], at: list
 
 def allocations(
     policy: str, trace: Trace, resource: str, params: PoliciesConfig, phase_stats: Mapping | None = None,
-    transitions: Any = None,
+    transitions: Any = None, forecasters: Mapping | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-step allocation of ``policy`` for ``resource`` over a prepared trace, and the OOM kills (memory; all
     False for CPU)."""
@@ -314,7 +319,14 @@ def allocations(
     else:
         successors = normalise_transitions(transitions) if policy == "phase.proactive" else None
         decided = interval_decisions(policy, usage, lim, length, params, trace.phases, normalise_stats(phase_stats),
-                                     resource, successors)
+                                     resource, successors, forecasters)
+    return held(decided, usage, lim, length, resource)
+
+
+def held(decided: np.ndarray, usage: np.ndarray, lim: np.ndarray, length: int, resource: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-step allocations and OOM kills of per-interval decisions held for their interval: capped at the
+    limit; for memory raised after each OOM kill (:func:`~ai4dl.policies.rules.closed_loop`)."""
+    n = len(usage)
     if resource == "mem":
         return closed_loop(decided, usage, lim, length)
     return cap(np.repeat(decided, length)[:n], lim), np.zeros(n, dtype=bool)
@@ -330,6 +342,7 @@ def allocate(
     resource: str = "cpu",
     ts_seconds: np.ndarray | None = None,
     transitions: Any = None,
+    forecasters: Mapping | None = None,
 ) -> np.ndarray:
     """Per-step allocation of ``policy`` over one container's trace (``usage`` in step order, NaN = unknown;
     ``limit`` a scalar or per step; ``phases`` per step, None/NaN = unlabelled; ``phase_stats`` and
@@ -349,7 +362,7 @@ def allocate(
         durations=step_durations(ts, n, float(params.vpa_step_seconds)), usage={resource: u},
         limit={resource: _as_limit(limit, n)},
     )
-    return allocations(policy, trace, resource, params, phase_stats, transitions)[0]
+    return allocations(policy, trace, resource, params, phase_stats, transitions, forecasters)[0]
 
 
 # ------------------------------------------------------------------------------------------------- metrics
@@ -394,14 +407,14 @@ def _frame(rows: list[dict], declared: tuple[tuple[str, str, bool], ...]) -> pd.
 
 
 def _rows(trace: Trace, policy: str, params: PoliciesConfig, phase_stats: Mapping | None, transitions: Any,
-          given: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None) -> list[dict]:
+          given: Mapping[str, tuple[np.ndarray, np.ndarray]] | None = None, forecasters: Mapping | None = None) -> list[dict]:
     """One row per resource; ``given`` has a resource's allocations and kills already computed."""
     rows = []
     for resource in RESOURCES:
         if given is not None and resource in given:
             alloc, kills = given[resource]
         else:
-            alloc, kills = allocations(policy, trace, resource, params, phase_stats, transitions)
+            alloc, kills = allocations(policy, trace, resource, params, phase_stats, transitions, forecasters)
         rows.append({**trace.key, "policy": policy, "resource": resource,
                      **_metrics(trace.usage[resource], alloc, trace.limit[resource], resource, trace.durations, kills)})
     return rows
@@ -411,7 +424,8 @@ def _rows(trace: Trace, policy: str, params: PoliciesConfig, phase_stats: Mappin
 
 
 def replay_container(
-    pdf: pd.DataFrame, params: PoliciesConfig | None = None, phase_stats: Mapping | None = None, transitions: Any = None
+    pdf: pd.DataFrame, params: PoliciesConfig | None = None, phase_stats: Mapping | None = None, transitions: Any = None,
+    forecasters: Mapping | None = None,
 ) -> pd.DataFrame:
     """Replay one container's ``PHASES`` rows under every policy: one row per (policy, resource), columns
     :data:`REPLAY_COLUMNS`."""
@@ -419,7 +433,8 @@ def replay_container(
     if pdf is None or len(pdf) == 0:
         return _frame([], POLICY_REPLAY_FIELDS)
     trace = Trace.of(pdf, params)
-    rows = [row for policy in POLICIES for row in _rows(trace, policy, params, phase_stats, transitions)]
+    rows = [row for policy in POLICIES
+            for row in _rows(trace, policy, params, phase_stats, transitions, forecasters=forecasters)]
     return _frame(rows, POLICY_REPLAY_FIELDS)
 
 
@@ -444,6 +459,7 @@ def replay_container_grid(
     transitions: Any = None,
     knobs: Mapping[str, Sequence[float]] | None = None,
     policies: Sequence[str] | None = None,
+    forecasters: Mapping | None = None,
 ) -> pd.DataFrame:
     """Replay one container under every policy (or those of ``policies``) and every value of its knob: one row
     per (policy, knob value, resource), columns :data:`FRONTIER_COLUMNS` (``knob`` NaN for the policies without
@@ -462,10 +478,18 @@ def replay_container_grid(
     rows = []
     for policy in POLICIES if policies is None else [p for p in POLICIES if p in policies]:
         if policy not in KNOBS:
-            rows += [{**r, "knob": math.nan} for r in _rows(trace, policy, params, phase_stats, transitions)]
+            rows += [{**r, "knob": math.nan} for r in _rows(trace, policy, params, phase_stats, transitions,
+                                                               forecasters=forecasters)]
             continue
         name = KNOBS[policy][0]
         shared: dict[str, list] = {}
+        if policy in FORECASTS:  # one forecast per resource, then every margin from it
+            for resource in RESOURCES:
+                fc = (forecasters or {}).get(policy, {}).get(resource)
+                usage, lim = trace.usage[resource], trace.limit[resource]
+                base = forecast_decisions(fc, usage, lim, trace.phases, length, 0.0)
+                limits = limit_before(lim, length)
+                shared[resource] = [held(base + value * limits, usage, lim, length, resource) for value in grids[policy]]
         if policy == "vpa" and len(trace.usage["cpu"]):  # every percentile from one conversion of the samples
             grid = grids[policy]
             usage, lim = trace.usage["cpu"], trace.limit["cpu"]
@@ -475,7 +499,7 @@ def replay_container_grid(
         for j, value in enumerate(grids[policy]):
             tuned = dataclasses.replace(params, **{name: value})
             given = {resource: results[j] for resource, results in shared.items()} or None
-            rows += [{**r, "knob": value} for r in _rows(trace, policy, tuned, phase_stats, transitions, given)]
+            rows += [{**r, "knob": value} for r in _rows(trace, policy, tuned, phase_stats, transitions, given, forecasters)]
     return _frame(rows, POLICY_FRONTIER_FIELDS)
 
 
@@ -503,6 +527,6 @@ def container_jumps(pdf: pd.DataFrame, params: PoliciesConfig | None = None) -> 
 
 __all__ = [
     "FRONTIER_COLUMNS", "INPUT_COLUMNS", "JUMP_COLUMNS", "REPLAY_COLUMNS", "Trace", "allocate", "allocations",
-    "container_jumps", "interval_decisions", "knob_grids", "replay_container", "replay_container_grid",
+    "container_jumps", "held", "interval_decisions", "knob_grids", "replay_container", "replay_container_grid",
     "replay_frame", "step_durations", "timestamps_seconds", "vpa_cpu_decisions", "vpa_memory",
 ]

@@ -71,6 +71,8 @@ POLICY_COLOURS: dict[str, str] = {
     "phase.rule": _to_hex(_TAB10[3]),
     "phase.proactive": _to_hex(_TAB10[6]),
     "phase.headroom": _to_hex(_TAB10[2]),
+    "forecast": _to_hex(_TAB10[7]),
+    "phase.forecast": _to_hex(_TAB10[5]),
     "vpa": _to_hex(_TAB10[4]),
 }
 """Policy -> colour, shared by :func:`plot_policy_curves` and :func:`plot_savings`."""

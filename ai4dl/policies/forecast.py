@@ -1,0 +1,260 @@
+"""A policy that looks ahead: a learned forecaster of the coming interval's peak usage, with or without the phase.
+
+The reactive rules assume the coming interval looks like the last one; ``phase.headroom`` adds what usually
+follows the current phase. A forecaster learns, from the training containers, how the coming interval's peak
+relates to everything known before it, and allocates at a high quantile of that:
+
+``forecast``
+    inputs: the last :data:`HISTORY` intervals' max, mean, std and last known usage, each a share of the
+    container's limit known at the decision (NaN where an interval is not there yet).
+``phase.forecast``
+    the same, plus the phase before the interval (one indicator per phase of the model), and how many labelled
+    steps it has lasted (``phase_run``). The next-phase probabilities are a function of the phase, which the
+    trees already split on, so they are not a separate input.
+
+The target is the *jump* of the peak, ``(max_i - max_{i-1}) / limit``, learned by scikit-learn's
+``HistGradientBoostingRegressor`` with the quantile loss at ``forecast_quantile`` on a bounded sample of
+training intervals (trees learn a correction to persistence better than a level). The decision for interval
+``i`` is ``max_{i-1} + forecast * limit + forecast_margin * limit``: ``forecast_margin`` (a share of the limit, may be
+negative) is the family's knob, calibrated on training containers the trees were not fitted on
+(:class:`~ai4dl.policies.model.PolicyEstimator`). No previous interval: no decision (the limit).
+
+Fitted trees are exported to plain arrays (:class:`Forecaster`, what the policy model's JSON stores; no pickle)
+and evaluated here with numpy (tested equal to scikit-learn's own prediction), so the replay in Spark's Python
+workers and the live stream compute each decision with the same function on the same numbers: the replay builds
+every interval's inputs at once (:func:`trace_inputs`), the stream keeps the last :data:`HISTORY` interval
+summaries and the current phase run (O(1) state) and builds one row with :func:`design`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ai4dl.errors import ModelError
+from ai4dl.policies.rules import blocks, limit_before, phase_before, phase_codes
+
+FORECASTS: tuple[str, ...] = ("forecast", "phase.forecast")
+HISTORY = 3  # intervals of history a forecast reads
+SUMMARY = ("max", "mean", "std", "last")  # per interval, what is kept of it
+_TREE_FIELDS = ("feature", "threshold", "missing_left", "left", "right", "leaf", "value")
+
+
+def feature_names(phases: Sequence[int] = ()) -> list[str]:
+    """The inputs' names, in the order of :func:`design`'s columns (``phases``: the one-hot phases)."""
+    names = [f"{s}_{k}" for k in range(1, HISTORY + 1) for s in SUMMARY]
+    if phases:
+        names += [f"phase_{int(p)}" for p in phases] + ["phase_run"]
+    return names
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def interval_stats(usage: np.ndarray, length: int) -> np.ndarray:
+    """Per interval its max, mean, population std and last known usage (NaN for an interval without any):
+    shape (intervals, 4), the :data:`SUMMARY` the stream keeps of each full interval."""
+    b = blocks(np.asarray(usage, dtype=float), length)
+    known = ~np.isnan(b)
+    last_at = np.where(known.any(axis=1), length - 1 - np.argmax(known[:, ::-1], axis=1), 0)
+    last = np.where(known.any(axis=1), b[np.arange(len(b)), last_at], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN intervals
+        return np.column_stack([np.nanmax(b, axis=1), np.nanmean(b, axis=1), np.nanstd(b, axis=1), last])
+
+
+def phase_runs(phases: np.ndarray, length: int) -> np.ndarray:
+    """Per interval, how many labelled steps the phase before it has lasted (NaN with no phase yet): unlabelled
+    steps neither end nor extend a run, as the stream counts them."""
+    codes = phase_codes(phases)
+    n_int = -(-len(codes) // length)
+    labelled = np.flatnonzero(~np.isnan(codes))
+    out = np.full(n_int, np.nan)
+    if not len(labelled) or n_int < 2:
+        return out
+    seq = codes[labelled]
+    new_run = np.concatenate([[True], seq[1:] != seq[:-1]])
+    starts = np.maximum.accumulate(np.where(new_run, np.arange(len(seq)), 0))
+    run = np.arange(len(seq)) - starts + 1  # the run length at each labelled step
+    ends = np.arange(1, n_int) * length - 1  # the last step before each interval but the first
+    j = np.searchsorted(labelled, ends, side="right") - 1  # the last labelled step at or before it
+    out[1:] = np.where(j >= 0, run[np.maximum(j, 0)], np.nan)
+    return out
+
+
+def design(history: np.ndarray, limits: np.ndarray, phase: np.ndarray | None, run: np.ndarray | None,
+           phases: Sequence[int] = ()) -> np.ndarray:
+    """The forecaster's input rows: ``history`` (rows, :data:`HISTORY`, 4) of the summaries of the intervals
+    before (most recent first) divided by each row's known limit, then, with ``phases``, one indicator per phase
+    and the phase run. The replay and the stream build their rows with this one function."""
+    lim = np.asarray(limits, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shares = np.asarray(history, dtype=float) / np.where(lim > 0, lim, np.nan)[:, None, None]
+    x = shares.reshape(len(lim), HISTORY * len(SUMMARY))
+    if not phases:
+        return x
+    ph = np.asarray(phase, dtype=float)
+    onehot = (ph[:, None] == np.asarray(phases, dtype=float)[None, :]).astype(float)
+    return np.column_stack([x, onehot, np.asarray(run, dtype=float)])
+
+
+def history_of(stats: np.ndarray) -> np.ndarray:
+    """Per interval, the summaries of the :data:`HISTORY` intervals before it, most recent first (NaN before the
+    first): shape (intervals, HISTORY, 4)."""
+    n_int = len(stats)
+    out = np.full((n_int, HISTORY, len(SUMMARY)), np.nan)
+    for k in range(1, HISTORY + 1):
+        if n_int > k:
+            out[k:, k - 1, :] = stats[:-k]
+    return out
+
+
+@dataclass(frozen=True)
+class TraceInputs:
+    """One resource of one container, per interval: the forecaster's input rows, the previous interval's max
+    (what a decision adds to), the known limit, and the target (the peak's jump, NaN where unknown)."""
+
+    x: np.ndarray
+    prev_max: np.ndarray
+    limits: np.ndarray
+    target: np.ndarray
+
+
+def trace_inputs(usage: np.ndarray, lim: np.ndarray, phases: np.ndarray | None, length: int,
+                 phase_list: Sequence[int] = ()) -> TraceInputs:
+    """Every interval's inputs of one resource's trace (``lim`` per step, filled), at numpy speed."""
+    stats = interval_stats(usage, length)
+    hist = history_of(stats)
+    limits = limit_before(lim, length)
+    if phase_list and phases is not None:
+        phase, run = phase_before(phases, length), phase_runs(phases, length)
+    else:
+        phase = run = np.full(len(stats), np.nan)
+    x = design(hist, limits, phase, run, phase_list)
+    prev_max = hist[:, 0, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        target = (stats[:, 0] - prev_max) / np.where(limits > 0, limits, np.nan)
+    return TraceInputs(x, prev_max, limits, target)
+
+
+# ------------------------------------------------------------------------------------------- the forecaster
+
+
+@dataclass(frozen=True, eq=False)
+class Forecaster:
+    """Gradient-boosted trees as plain arrays: ``baseline + sum of the trees' leaf values`` (the learning rate
+    is already in the leaves, as scikit-learn stores them). ``phases``: the phases it has an indicator for
+    (empty: no phase inputs)."""
+
+    quantile: float
+    baseline: float
+    trees: tuple[dict[str, np.ndarray], ...]
+    phases: tuple[int, ...] = ()
+    n_features: int = 0
+    rows: int = 0  # the training rows it was fitted on
+
+    @classmethod
+    def fit(cls, x: np.ndarray, y: np.ndarray, quantile: float, phases: Sequence[int] = (),
+            max_iter: int = 60, max_leaf_nodes: int = 15, seed: int = 0) -> "Forecaster":
+        """Fit on rows ``x`` (from :func:`design`) and jumps ``y`` (rows with an unknown jump are left out)."""
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        keep = np.isfinite(y)
+        x, y = np.asarray(x, dtype=float)[keep], np.asarray(y, dtype=float)[keep]
+        if len(y) < 20:
+            raise ModelError(f"forecaster: {len(y)} training intervals with a known jump; too few to learn from")
+        model = HistGradientBoostingRegressor(
+            loss="quantile", quantile=float(quantile), max_iter=max_iter, max_leaf_nodes=max_leaf_nodes,
+            learning_rate=0.1, min_samples_leaf=40, early_stopping=False, random_state=seed,
+        ).fit(x, y)
+        return cls.export(model, quantile, phases, len(y))
+
+    @classmethod
+    def export(cls, model: Any, quantile: float, phases: Sequence[int] = (), rows: int = 0) -> "Forecaster":
+        """A fitted ``HistGradientBoostingRegressor`` (numeric features only) as plain arrays."""
+        trees = []
+        for (predictor,) in model._predictors:  # one tree per iteration for a regressor
+            nodes = predictor.nodes
+            if nodes["is_categorical"].any():
+                raise ModelError("forecaster: categorical splits are not exported")
+            trees.append({
+                "feature": nodes["feature_idx"].astype(np.int64), "threshold": nodes["num_threshold"].astype(float),
+                "missing_left": nodes["missing_go_to_left"].astype(bool), "left": nodes["left"].astype(np.int64),
+                "right": nodes["right"].astype(np.int64), "leaf": nodes["is_leaf"].astype(bool),
+                "value": nodes["value"].astype(float),
+            })
+        return cls(float(quantile), float(np.ravel(model._baseline_prediction)[0]), tuple(trees),
+                   tuple(int(p) for p in phases), int(model.n_features_in_), int(rows))
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The forecast jump for each row (NaN inputs go where the trees learned missing values go)."""
+        x = np.asarray(x, dtype=float)
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            raise ModelError(f"forecaster: rows of {self.n_features} inputs expected, got shape {x.shape}")
+        out = np.full(len(x), self.baseline)
+        rows = np.arange(len(x))
+        for t in self.trees:
+            node = np.zeros(len(x), dtype=np.int64)
+            while True:
+                inner = ~t["leaf"][node]
+                if not inner.any():
+                    break
+                r, n = rows[inner], node[inner]
+                v = x[r, t["feature"][n]]
+                left = np.where(np.isnan(v), t["missing_left"][n], v <= t["threshold"][n])
+                node[inner] = np.where(left, t["left"][n], t["right"][n])
+            out += t["value"][node]
+        return out
+
+    def decisions(self, inputs: TraceInputs, margin: float) -> np.ndarray:
+        """Per interval ``prev_max + (forecast + margin) * limit``; NaN without a previous max (the limit)."""
+        decision = np.full(len(inputs.prev_max), np.nan)
+        at = ~np.isnan(inputs.prev_max)
+        if at.any():
+            lim = inputs.limits[at]  # (peak + forecast jump) + margin, in this order wherever a decision is made
+            decision[at] = (inputs.prev_max[at] + self.predict(inputs.x[at]) * lim) + float(margin) * lim
+        return decision
+
+    # ---- storage: plain JSON values ----
+    def as_dict(self) -> dict[str, Any]:
+        return {"quantile": self.quantile, "baseline": self.baseline, "phases": list(self.phases),
+                "n_features": self.n_features, "rows": self.rows,
+                "trees": [{k: t[k].tolist() for k in _TREE_FIELDS} for t in self.trees]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Forecaster":
+        kinds = {"feature": np.int64, "threshold": float, "missing_left": bool, "left": np.int64, "right": np.int64,
+                 "leaf": bool, "value": float}
+        try:
+            trees = tuple({k: np.asarray(t[k], dtype=kinds[k]) for k in _TREE_FIELDS} for t in data["trees"])
+            fc = cls(float(data["quantile"]), float(data["baseline"]), trees, tuple(int(p) for p in data["phases"]),
+                     int(data["n_features"]), int(data.get("rows", 0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"forecaster: not a stored forecaster ({type(exc).__name__}: {exc})") from None
+        for t in fc.trees:
+            n = len(t["leaf"])
+            inner = ~t["leaf"]
+            if any(len(t[k]) != n for k in _TREE_FIELDS) or n == 0 or (
+                    inner.any() and (t["left"][inner].max() >= n or t["right"][inner].max() >= n
+                                     or t["feature"][inner].max() >= fc.n_features or t["feature"][inner].min() < 0)):
+                raise ModelError("forecaster: a stored tree is malformed")
+        return fc
+
+
+def forecast_decisions(forecaster: Forecaster | None, usage: np.ndarray, lim: np.ndarray, phases: np.ndarray | None,
+                       length: int, margin: float) -> np.ndarray:
+    """A forecast family's decision per interval of one resource's trace (NaN everywhere without a forecaster:
+    the limit)."""
+    n_int = -(-len(usage) // length)
+    if forecaster is None:
+        return np.full(n_int, math.nan)
+    inputs = trace_inputs(usage, lim, phases, length, forecaster.phases)
+    return forecaster.decisions(inputs, margin)
+
+
+__all__ = ["FORECASTS", "HISTORY", "SUMMARY", "Forecaster", "TraceInputs", "design", "feature_names",
+           "forecast_decisions", "history_of", "interval_stats", "phase_runs", "trace_inputs"]

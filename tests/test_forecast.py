@@ -1,0 +1,80 @@
+"""The forecaster policies' trees: exported without pickle, they predict what scikit-learn predicts; their inputs
+are what the stream can know before an interval."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ai4dl.errors import ModelError
+from ai4dl.policies.forecast import (
+    HISTORY,
+    Forecaster,
+    design,
+    feature_names,
+    history_of,
+    interval_stats,
+    phase_runs,
+    trace_inputs,
+)
+
+
+def _rows(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, 15))
+    x[rng.random(x.shape) < 0.1] = np.nan  # missing history: the trees learn where NaN goes
+    y = np.nan_to_num(x[:, 0]) * 0.3 - 0.1 + rng.normal(0, 0.05, n) + (x[:, 12] > 0.5) * 0.2
+    return x, y
+
+
+def test_exported_trees_predict_what_scikit_learn_predicts():
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    x, y = _rows(3000)
+    model = HistGradientBoostingRegressor(loss="quantile", quantile=0.9, max_iter=30, max_leaf_nodes=15,
+                                          min_samples_leaf=40, early_stopping=False, random_state=0).fit(x, y)
+    fc = Forecaster.export(model, 0.9, (0, 1))
+    probe, _ = _rows(500, seed=1)
+    np.testing.assert_allclose(fc.predict(probe), model.predict(probe), rtol=0, atol=1e-12)
+    again = Forecaster.from_dict(json.loads(json.dumps(fc.as_dict())))  # what the policy model's JSON holds
+    assert np.array_equal(again.predict(probe), fc.predict(probe))
+    assert again.phases == (0, 1) and again.quantile == 0.9
+
+
+def test_a_quantile_forecaster_covers_about_its_quantile():
+    x, y = _rows(4000)
+    fc = Forecaster.fit(x, y, 0.9)
+    probe, truth = _rows(4000, seed=2)
+    assert 0.85 <= float(np.mean(truth <= fc.predict(probe))) <= 0.95
+
+
+def test_bad_stored_forecasters_are_one_error():
+    fc = Forecaster.fit(*_rows(500), 0.5)
+    data = fc.as_dict()
+    data["trees"][0]["left"][0] = 10_000
+    with pytest.raises(ModelError, match="malformed"):
+        Forecaster.from_dict(data)
+    with pytest.raises(ModelError, match="not a stored forecaster"):
+        Forecaster.from_dict({"quantile": 0.5})
+    with pytest.raises(ModelError, match="rows of 15 inputs"):
+        fc.predict(np.zeros((2, 3)))
+    with pytest.raises(ModelError, match="too few"):
+        Forecaster.fit(np.zeros((5, 3)), np.zeros(5), 0.9)
+
+
+def test_inputs_are_what_is_known_before_each_interval():
+    usage = np.array([1.0, 3, 2, np.nan, 5, 4, 6, 6, np.nan])  # intervals of 3: [1,3,2] [nan,5,4] [6,6,nan]
+    stats = interval_stats(usage, 3)
+    assert stats[:, 0].tolist() == [3, 5, 6] and stats[:, 3].tolist() == [2, 4, 6]  # max, last known
+    hist = history_of(stats)
+    assert np.isnan(hist[0]).all() and hist[2, 0, 0] == 5 and hist[2, 1, 0] == 3 and np.isnan(hist[2, 2]).all()
+    phases = np.array([0, 0, 1, 1, np.nan, 1, 0, 0, 0], dtype=float)
+    assert phase_runs(phases, 3)[1:].tolist() == [1, 3]  # unlabelled steps neither end nor extend a run
+    inputs = trace_inputs(usage, np.full(9, 10.0), phases, 3, (0, 1))
+    assert inputs.x.shape == (3, len(feature_names((0, 1))))
+    assert inputs.prev_max[2] == 5 and inputs.target[2] == pytest.approx(0.1)
+    assert inputs.x[2, :4].tolist() == pytest.approx([0.5, 0.45, 0.05, 0.4])  # shares of the limit
+    assert inputs.x[2, -3:].tolist() == [0, 1, 3]  # phase 1, lasted 3 labelled steps
+    assert design(hist, np.full(3, 10.0), None, None).shape == (3, HISTORY * 4)
