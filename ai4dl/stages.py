@@ -455,6 +455,7 @@ def policies(cfg: Config, lake: Any) -> _Output:
     from ai4dl.policies.calibration import calibrate
     from ai4dl.policies.fleet import frontier_totals, replay_at_knobs, replay_fleet_grid
     from ai4dl.policies.formatting import format_comparison, format_next_phase
+    from ai4dl.policies.ladder import default_levels, ladder, phase_worth, verdict
     from ai4dl.policies.model import PolicyEstimator, save_version
 
     p = cfg.policies
@@ -468,7 +469,7 @@ def policies(cfg: Config, lake: Any) -> _Output:
         test = phases
     sequences = _sequences_of(cfg, lake, commit)
     estimator = PolicyEstimator(p, split, cfg.behaviour.min_run_steps)
-    model = estimator.fit(train, runs=None if sequences is None else split.training(sequences),
+    model, train_totals = estimator.fit_with_totals(train, runs=None if sequences is None else split.training(sequences),
                           phase_model_id=phase_model_id,
                           data_version={"phases": lake.path("phases"), "version": commit[0] if commit else None,
                                         "timestamp": commit[1] if commit else None})
@@ -482,6 +483,10 @@ def policies(cfg: Config, lake: Any) -> _Output:
     table = calibrate(model.training_frame(), held_totals, model.level, deployed=model.best, chosen=model.training_frame())
     written["policy_calibration"] = lake.overwrite("policy_calibration", lake.spark.createDataFrame(table, _schema("policy_calibration")))
     print(format_comparison(table, header=f"policy model {model.model_id} -> {path} (phase model {phase_model_id})"))
+    rungs = ladder({"a": (train_totals, held_totals), "b": (train_totals, held_totals)}, default_levels(p.oom_budget_per_100h))
+    written["policy_ladder"] = lake.overwrite("policy_ladder", lake.spark.createDataFrame(rungs, _schema("policy_ladder")))
+    for line in verdict(phase_worth(rungs)):
+        print(f"policies: {line}")
     scores = {}
     if sequences is not None:
         from ai4dl.policies.nextphase import fleet_next_phase_f1
@@ -489,7 +494,8 @@ def policies(cfg: Config, lake: Any) -> _Output:
         runs = split.held_out(sequences).select("pod_id", "run", "phase").toPandas()
         scores = fleet_next_phase_f1(runs, model.transitions)
         print(f"phase.proactive: {format_next_phase(scores)}")
-    details: dict[str, Any] = {"model": model, "path": path, "calibration": table, "frontier": held_totals, "next_phase": scores}
+    details: dict[str, Any] = {"model": model, "path": path, "calibration": table, "frontier": held_totals, "next_phase": scores,
+                               "ladder": rungs, "train_totals": train_totals}
     if cfg.mlflow.enabled:
         from ai4dl.tracking import log_policies
 
@@ -683,6 +689,18 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
             "`ai4dl stream` allocates with. Memory: an OOM kill is an event the policy reacts to. The frontier shows "
             "every knob value; the curves one container's allocations at the calibrated knobs.",
             table=shown.round(4), images=images_policies))
+        if lake.exists("policy_ladder"):
+            from ai4dl.policies.ladder import phase_worth, verdict
+
+            rungs = lake.read("policy_ladder").toPandas()
+            sections.append(Section(
+                "What knowing the phase is worth",
+                "Per resource and service level, savings on the held-out containers and the share of the gap closed "
+                "between the best of prev.step.rules and vpa and the clairvoyant current.step.max: (a) a forecaster "
+                "of recent usage, (b) the same given the learned phase (c, d: the true behaviour, and the true "
+                "behaviour of the coming interval, where bench/policy_savings.py adds them). "
+                + " ".join(f"{line}." for line in verdict(phase_worth(rungs))),
+                images=[plots.plot_ladder(rungs, out_dir / "ladder.png")]))
         if policy_model is not None:
             meta["policy model"] = policy_model.model_id
     train_report = out_dir / "train_report.json"

@@ -6,7 +6,7 @@
 The fleet is ``pandas.concat`` of :func:`ai4dl.traces.synthetic.generate_container` over the container ids, in
 id order: the rows ``generate_fleet(..., profile="training-loop")`` gives for the same arguments. It is written
 as one snappy Parquet file with the generator's schema (``GENERATED_SOURCE``: the export's dotted names, not
-null), the schema of the frozen ``fleet-2026``, plus a README saying how. Once written it is never rewritten:
+null), the schema of the frozen ``fleet-2026``, plus a ``_README.md`` saying how (Spark skips files starting with ``_``). Once written it is never rewritten:
 the script refuses an existing file (``--check`` only reads it).
 """
 
@@ -91,7 +91,8 @@ def main(argv=None) -> int:
     digest = hashlib.sha256(part.read_bytes()).hexdigest()
     note = (" The profile's code was not committed yet when this was frozen (the working tree on top of that "
             "commit); the source digests below identify it." if dirty else "")
-    (out / "README.md").write_text(f"""# A frozen training-loop fleet
+    # "_": Spark skips the README when it reads the folder as Parquet
+    (out / "_README.md").write_text(f"""# A frozen training-loop fleet
 
 `part-00000.parquet`: {CONTAINERS} generated containers x {STEPS} steps = {len(df):,} rows ({size:,} bytes, snappy),
 the generator's export schema (`GENERATED_SOURCE`, dotted names, the same columns and types as `fleet-2026`)

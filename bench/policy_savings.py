@@ -76,6 +76,88 @@ def _without_phases(cfg, lake, model) -> dict:
                 "knob": float(rows.loc[r, "knob"])} for r in rows.index}
 
 
+def _rung_totals(cfg, phases, log_name: str):
+    """A rung's (training, held-out) calibration totals: the policy model fitted on ``phases``' training
+    containers, as the stage fits it, and replayed on its held-out ones."""
+    from ai4dl.method.split import ContainerSplit
+    from ai4dl.policies.calibration import ServiceLevel
+    from ai4dl.policies.fleet import frontier_totals, replay_fleet_grid
+    from ai4dl.policies.model import PolicyEstimator
+
+    t0 = time.time()
+    split = ContainerSplit.of(cfg.window)
+    estimator = PolicyEstimator(cfg.policies, split, cfg.behaviour.min_run_steps)
+    lenient = ServiceLevel(0.0, mem_fulfilment=0.0)  # every level is chosen afterwards, from the totals
+    model, train = estimator.fit_with_totals(split.training(phases), level=lenient, log=None)
+    held = frontier_totals(replay_fleet_grid(split.held_out(phases), cfg.policies, model.phase_stats, model.transitions,
+                                             forecasters=model.forecasters))
+    print(f"[ladder] rung {log_name}: fitted and replayed in {time.time() - t0:.0f}s", flush=True)
+    return train, held
+
+
+def _next_phase_ceiling(cfg, phases, learned_f1) -> dict:
+    """Next-phase F1 of the most-likely-successor table on held-out run ends, from the true behaviours (the
+    ceiling any phase model could reach on this fleet) beside the learned phases'."""
+    from ai4dl.behaviour.sequences import run_lengths, transition_counts
+    from ai4dl.method.split import ContainerSplit
+    from ai4dl.policies.ladder import rung_phases
+    from ai4dl.policies.nextphase import fleet_next_phase_f1, normalise_transitions
+
+    split = ContainerSplit.of(cfg.window)
+    runs = run_lengths(rung_phases(phases, "c", cfg.policies.interval_steps), cfg.behaviour.min_run_steps)
+    transitions = normalise_transitions(transition_counts(split.training(runs)).toPandas())
+    true = fleet_next_phase_f1(split.held_out(runs).select("pod_id", "run", "phase").toPandas(), transitions)
+    return {"true_behaviour_f1": true.get("f1"), "learned_f1": (learned_f1 or {}).get("f1"),
+            "gap": None if true.get("f1") is None or not learned_f1 else true["f1"] - learned_f1["f1"]}
+
+
+def _ladder(cfg, lake, model, report, work: Path):
+    """The value-of-information ladder (ai4dl.policies.ladder), printed and drawn."""
+    from ai4dl.policies.ladder import default_levels, ladder, phase_worth, rung_phases, verdict
+    from ai4dl.reporting.plots import plot_ladder
+
+    phases = lake.read("phases")
+    truth = "behaviour" in phases.columns and phases.where("behaviour IS NOT NULL").limit(1).count() > 0
+    learned = _rung_totals(cfg, phases, "a/b")
+    totals = {"a": learned, "b": learned}
+    for rung in (("c", "d") if truth else ("d'",)):
+        totals[rung] = _rung_totals(cfg, rung_phases(phases, rung, cfg.policies.interval_steps), rung)
+    table = ladder(totals, default_levels(model.params.oom_budget_per_100h))
+    worth = phase_worth(table)
+    print("\nWhat knowing the phase is worth (held-out containers; gap closed = (S - S_baseline) / "
+          "(S_clairvoyant - S_baseline)):")
+    for (resource, level), part in table.groupby(["resource", "level"], sort=False):
+        print(f"  {resource} at {level}:")
+        for r in part.itertuples(index=False):
+            extra = f", {r.oom_kills_per_100h:.1f} OOM kills/100 h" if resource == "mem" and r.oom_kills_per_100h == r.oom_kills_per_100h else ""
+            flag = "" if r.reached or r.rung in ("clairvoyant", "baseline") else "  (level not reached in training)"
+            print(f"    {r.rung:<11} {r.policy:<17} saves {r.savings:6.1%}  gap closed {r.gap_closed:6.1%}  "
+                  f"({r.fulfilment:.1%} met{extra}) {r.knows}{flag}")
+    ceiling = _next_phase_ceiling(cfg, phases, report.get("next_phase")) if truth else {}
+    if ceiling:
+        print(f"  next-phase F1 on held-out run ends: learned phases {ceiling['learned_f1']:.3f}, true behaviours "
+              f"(the ceiling) {ceiling['true_behaviour_f1']:.3f}")
+    for line in verdict(worth):
+        print("  " + line)
+    table.to_csv(work / "ladder.csv", index=False)
+    plot = plot_ladder(table, work / "ladder.png", title=f"What knowing the phase is worth: {Path(report['input']).name}")
+    print(f"ladder plot: {plot}")
+    json_rows = {}
+    for resource, part in table.groupby("resource", sort=False):
+        per_level = {}
+        for level, rows in part.groupby("level", sort=False):
+            by = rows.set_index("rung")
+            best = by.loc["best"] if "best" in by.index else None
+            per_level[level] = {
+                "best_policy": None if best is None else best["policy"],
+                "gap_closed": None if best is None else float(best["gap_closed"]),
+                "rungs": {k: {"policy": v["policy"], "savings": float(v["savings"]), "gap_closed": float(v["gap_closed"]),
+                              "reached": bool(v["reached"])} for k, v in by.iterrows()},
+            }
+        json_rows[resource] = per_level
+    return json_rows, worth.to_dict(orient="records"), ceiling
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--input", default=str(ROOT.parent / "shared" / "data" / "fleet" / "fleet-2026"))
@@ -124,6 +206,7 @@ def main(argv=None) -> int:
     report["phase_headroom_without_phases"] = ablation
     print("  phase.headroom with all phases merged (no phases): saves " +
           ", ".join(f"{r} {v['savings_vs_static']:.1%} ({v['fulfilment']:.1%} met)" for r, v in ablation.items()))
+    report["ladder"], report["phase_worth"], report["next_phase_ceiling"] = _ladder(cfg, lake, model, report, work)
     from ai4dl.reporting.plots import plot_frontier
 
     targets = {r: (None if math.isnan(level.fulfilment(r)) else level.fulfilment(r)) for r in ("cpu", "mem")}

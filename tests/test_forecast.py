@@ -12,6 +12,7 @@ from ai4dl.errors import ModelError
 from ai4dl.policies.forecast import (
     HISTORY,
     Forecaster,
+    Trees,
     design,
     feature_names,
     history_of,
@@ -35,31 +36,39 @@ def test_exported_trees_predict_what_scikit_learn_predicts():
     x, y = _rows(3000)
     model = HistGradientBoostingRegressor(loss="quantile", quantile=0.9, max_iter=30, max_leaf_nodes=15,
                                           min_samples_leaf=40, early_stopping=False, random_state=0).fit(x, y)
-    fc = Forecaster.export(model, 0.9, (0, 1))
+    trees = Trees.export(model)
     probe, _ = _rows(500, seed=1)
-    np.testing.assert_allclose(fc.predict(probe), model.predict(probe), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(trees.predict(probe), model.predict(probe), rtol=0, atol=1e-12)
+    fc = Forecaster.fit(x, y, 0.9, (0, 1))
     again = Forecaster.from_dict(json.loads(json.dumps(fc.as_dict())))  # what the policy model's JSON holds
-    assert np.array_equal(again.predict(probe), fc.predict(probe))
-    assert again.phases == (0, 1) and again.quantile == 0.9
+    assert np.array_equal(again.upper.predict(probe), fc.upper.predict(probe))
+    assert np.array_equal(again.center.predict(probe), fc.center.predict(probe))
+    assert again.phases == (0, 1) and again.quantile == 0.9 and again.n_features == 15
 
 
-def test_a_quantile_forecaster_covers_about_its_quantile():
+def test_quantile_forecasts_cover_about_their_quantiles_and_the_spread_moves_between_them():
     x, y = _rows(4000)
     fc = Forecaster.fit(x, y, 0.9)
     probe, truth = _rows(4000, seed=2)
-    assert 0.85 <= float(np.mean(truth <= fc.predict(probe))) <= 0.95
+    assert 0.85 <= float(np.mean(truth <= fc.upper.predict(probe))) <= 0.95
+    assert 0.45 <= float(np.mean(truth <= fc.center.predict(probe))) <= 0.55
+    inputs = trace_inputs(np.array([1.0, 2, 3, 4, 5, 6]), np.full(6, 10.0), None, 2)
+    one = Forecaster(0.9, Trees(0.1, (), 12), Trees(0.3, (), 12))  # constant forecasts: median 0.1, upper 0.3
+    f = one.forecast(inputs)
+    assert np.isnan(f.decisions(1.0)[0]) and f.decisions(0.0)[1:].tolist() == pytest.approx([3.0, 5.0])
+    assert f.decisions(1.0)[1:].tolist() == pytest.approx([5.0, 7.0]) and f.decisions(-1.0)[1] == pytest.approx(1.0)
 
 
 def test_bad_stored_forecasters_are_one_error():
     fc = Forecaster.fit(*_rows(500), 0.5)
     data = fc.as_dict()
-    data["trees"][0]["left"][0] = 10_000
+    data["upper"]["trees"][0]["left"][0] = 10_000
     with pytest.raises(ModelError, match="malformed"):
         Forecaster.from_dict(data)
     with pytest.raises(ModelError, match="not a stored forecaster"):
         Forecaster.from_dict({"quantile": 0.5})
     with pytest.raises(ModelError, match="rows of 15 inputs"):
-        fc.predict(np.zeros((2, 3)))
+        fc.center.predict(np.zeros((2, 3)))
     with pytest.raises(ModelError, match="too few"):
         Forecaster.fit(np.zeros((5, 3)), np.zeros(5), 0.9)
 

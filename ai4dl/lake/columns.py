@@ -130,6 +130,22 @@ POLICY_CALIBRATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("throttled_core_seconds", "double", False),
 )
 
+# The value-of-information ladder (ai4dl.policies.ladder), one row per (resource, service level, rung): savings
+# against static on the held-out containers and the share of the gap closed between the best baseline and the
+# clairvoyant. ``ai4dl policies`` writes the rungs it can (clairvoyant, baseline, best, a, b); bench/ adds c, d.
+POLICY_LADDER_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("resource", "string", False),
+    ("level", "string", False),  # the service level, in words ("95% of steps met", "<= 10 OOM kills per ...")
+    ("rung", "string", False),  # clairvoyant | baseline | best | a | b | c | d | d'
+    ("policy", "string", False),
+    ("knows", "string", False),  # what the rung's policy is given
+    ("savings", "double", True),  # vs static, held out
+    ("reached", "boolean", False),  # the level was reached on the training containers
+    ("fulfilment", "double", True),  # held-out share of steps met
+    ("oom_kills_per_100h", "double", True),  # memory rows
+    ("gap_closed", "double", True),  # (savings - baseline) / (clairvoyant - baseline)
+)
+
 # Gold: the live recommendation of each container (ai4dl stream), one row per container, replaced when a newer
 # step is labelled. ``cpu_cores`` / ``mem_bytes`` are what ``cpu_policy`` / ``mem_policy`` (with the policy model's
 # calibrated knobs) allocate for step ``for_step`` (the step after ``step``), the allocation the policy replay

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pyspark.sql import types as T
 
 from ai4dl.lake.columns import (  # noqa: F401  (re-exported: one import for names and schemas)
-    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_CALIBRATION_FIELDS, POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS, RECOMMENDATION_FIELDS, SERVICE, SOURCE_COLUMNS, STREAM_STATE_FIELDS, TS, lake_name,
+    BEHAVIOUR, DEFAULT_FEATURES, EVENT_DATE, METRICS, POD_ID, POLICY_CALIBRATION_FIELDS, POLICY_FRONTIER_FIELDS, POLICY_LADDER_FIELDS, POLICY_REPLAY_FIELDS, RECOMMENDATION_FIELDS, SERVICE, SOURCE_COLUMNS, STREAM_STATE_FIELDS, TS, lake_name,
     source_name,
 )
 
@@ -180,6 +180,8 @@ POLICY_REPLAY = _struct(POLICY_REPLAY_FIELDS)
 POLICY_FRONTIER = _struct(POLICY_FRONTIER_FIELDS)
 # Gold: each policy at the matched service level (knob chosen on training containers, scored held out).
 POLICY_CALIBRATION = _struct(POLICY_CALIBRATION_FIELDS)
+# Gold: what knowing the phase is worth, per resource, service level and rung (ai4dl.policies.ladder).
+POLICY_LADDER = _struct(POLICY_LADDER_FIELDS)
 
 # Gold: the live recommendation per container (ai4dl stream); see ai4dl.lake.columns.RECOMMENDATION_FIELDS.
 RECOMMENDATIONS = _struct(RECOMMENDATION_FIELDS)

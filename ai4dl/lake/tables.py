@@ -65,6 +65,7 @@ TABLES: dict[str, TableSpec] = {
     "policy_replay": TableSpec("gold/policy_replay", S.POLICY_REPLAY),
     "policy_frontier": TableSpec("gold/policy_frontier", S.POLICY_FRONTIER),
     "policy_calibration": TableSpec("gold/policy_calibration", S.POLICY_CALIBRATION),
+    "policy_ladder": TableSpec("gold/policy_ladder", S.POLICY_LADDER),
     # key: one row per container, replaced by the stream only with a newer sample (see upsert_newer).
     "recommendations": TableSpec("gold/recommendations", S.RECOMMENDATIONS, (), (S.POD_ID,)),
     "run_log": TableSpec("_meta/run_log", S.RUN_LOG),

@@ -180,7 +180,7 @@ def choose_knob(frame: pd.DataFrame, level: "float | ServiceLevel") -> pd.DataFr
 
 def best_live(chosen: pd.DataFrame, level: "float | ServiceLevel") -> dict[str, str]:
     """Per resource, the policy that can run live (neither an oracle nor ``static``) with the smallest
-    allocation among those that reached ``level`` in :func:`choose_knob`'s rows ``chosen``; without any, the one
+    allocation (as a share of static's) among those that reached ``level`` in :func:`choose_knob`'s rows ``chosen``; without any, the one
     closest to it (the fewest OOM kills per hour for a memory budget, else the highest fulfilment). What the
     stream deploys by default."""
     level = ServiceLevel.of(level)
@@ -189,12 +189,15 @@ def best_live(chosen: pd.DataFrame, level: "float | ServiceLevel") -> dict[str, 
         rows = rows[rows["policy"].isin([p for p in LIVE_POLICIES if p != "static"])]
         if rows.empty:
             continue
+        # Policies may be calibrated on different training containers (a forecaster's margin on those its trees
+        # never saw): compare allocations as shares of the same containers' static allocation.
+        rows = rows.assign(_share=rows["allocated"] / rows["static_allocated"].where(rows["static_allocated"] > 0))
         if rows["reached"].any():
-            best = rows[rows["reached"]].sort_values(["allocated", "policy"], kind="stable").iloc[0]
+            best = rows[rows["reached"]].sort_values(["_share", "policy"], kind="stable").iloc[0]
         elif level.by_oom(str(resource)):
-            best = rows.sort_values(["oom_kills_per_100h", "allocated"], kind="stable").iloc[0]
+            best = rows.sort_values(["oom_kills_per_100h", "_share"], kind="stable").iloc[0]
         else:
-            best = rows.sort_values(["fulfilment", "allocated"], ascending=[False, True], kind="stable").iloc[0]
+            best = rows.sort_values(["fulfilment", "_share"], ascending=[False, True], kind="stable").iloc[0]
         out[str(resource)] = str(best["policy"])
     return out
 

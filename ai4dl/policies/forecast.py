@@ -13,11 +13,12 @@ relates to everything known before it, and allocates at a high quantile of that:
     trees already split on, so they are not a separate input.
 
 The target is the *jump* of the peak, ``(max_i - max_{i-1}) / limit``, learned by scikit-learn's
-``HistGradientBoostingRegressor`` with the quantile loss at ``forecast_quantile`` on a bounded sample of
-training intervals (trees learn a correction to persistence better than a level). The decision for interval
-``i`` is ``max_{i-1} + forecast * limit + forecast_margin * limit``: ``forecast_margin`` (a share of the limit, may be
-negative) is the family's knob, calibrated on training containers the trees were not fitted on
-(:class:`~ai4dl.policies.model.PolicyEstimator`). No previous interval: no decision (the limit).
+``HistGradientBoostingRegressor`` with the quantile loss twice, at the median and at ``forecast_quantile``, on a
+bounded sample of training intervals (trees learn a correction to persistence better than a level). The
+decision for interval ``i`` is ``max_{i-1} + (median + s * (upper - median)) * limit``: ``s``,
+``forecast_spread``, is the family's knob, calibrated on training containers the trees were not fitted on
+(:class:`~ai4dl.policies.model.PolicyEstimator`); the margin it buys is as wide as the forecast is uncertain
+where the container is, which is where knowing the phase can pay. No previous interval: no decision (the limit).
 
 Fitted trees are exported to plain arrays (:class:`Forecaster`, what the policy model's JSON stores; no pickle)
 and evaluated here with numpy (tested equal to scikit-learn's own prediction), so the replay in Spark's Python
@@ -145,36 +146,27 @@ def trace_inputs(usage: np.ndarray, lim: np.ndarray, phases: np.ndarray | None, 
 
 
 @dataclass(frozen=True, eq=False)
-class Forecaster:
-    """Gradient-boosted trees as plain arrays: ``baseline + sum of the trees' leaf values`` (the learning rate
-    is already in the leaves, as scikit-learn stores them). ``phases``: the phases it has an indicator for
-    (empty: no phase inputs)."""
+class Trees:
+    """Gradient-boosted regression trees as plain arrays: ``baseline + sum of the trees' leaf values`` (the
+    learning rate is already in the leaves, as scikit-learn stores them)."""
 
-    quantile: float
     baseline: float
     trees: tuple[dict[str, np.ndarray], ...]
-    phases: tuple[int, ...] = ()
-    n_features: int = 0
-    rows: int = 0  # the training rows it was fitted on
+    n_features: int
 
     @classmethod
-    def fit(cls, x: np.ndarray, y: np.ndarray, quantile: float, phases: Sequence[int] = (),
-            max_iter: int = 60, max_leaf_nodes: int = 15, seed: int = 0) -> "Forecaster":
-        """Fit on rows ``x`` (from :func:`design`) and jumps ``y`` (rows with an unknown jump are left out)."""
+    def fit(cls, x: np.ndarray, y: np.ndarray, quantile: float, max_iter: int = 60, max_leaf_nodes: int = 15,
+            seed: int = 0) -> "Trees":
         from sklearn.ensemble import HistGradientBoostingRegressor
 
-        keep = np.isfinite(y)
-        x, y = np.asarray(x, dtype=float)[keep], np.asarray(y, dtype=float)[keep]
-        if len(y) < 20:
-            raise ModelError(f"forecaster: {len(y)} training intervals with a known jump; too few to learn from")
         model = HistGradientBoostingRegressor(
             loss="quantile", quantile=float(quantile), max_iter=max_iter, max_leaf_nodes=max_leaf_nodes,
             learning_rate=0.1, min_samples_leaf=40, early_stopping=False, random_state=seed,
         ).fit(x, y)
-        return cls.export(model, quantile, phases, len(y))
+        return cls.export(model)
 
     @classmethod
-    def export(cls, model: Any, quantile: float, phases: Sequence[int] = (), rows: int = 0) -> "Forecaster":
+    def export(cls, model: Any) -> "Trees":
         """A fitted ``HistGradientBoostingRegressor`` (numeric features only) as plain arrays."""
         trees = []
         for (predictor,) in model._predictors:  # one tree per iteration for a regressor
@@ -187,11 +179,10 @@ class Forecaster:
                 "right": nodes["right"].astype(np.int64), "leaf": nodes["is_leaf"].astype(bool),
                 "value": nodes["value"].astype(float),
             })
-        return cls(float(quantile), float(np.ravel(model._baseline_prediction)[0]), tuple(trees),
-                   tuple(int(p) for p in phases), int(model.n_features_in_), int(rows))
+        return cls(float(np.ravel(model._baseline_prediction)[0]), tuple(trees), int(model.n_features_in_))
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """The forecast jump for each row (NaN inputs go where the trees learned missing values go)."""
+        """One value per row (NaN inputs go where the trees learned missing values go)."""
         x = np.asarray(x, dtype=float)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ModelError(f"forecaster: rows of {self.n_features} inputs expected, got shape {x.shape}")
@@ -210,51 +201,109 @@ class Forecaster:
             out += t["value"][node]
         return out
 
-    def decisions(self, inputs: TraceInputs, margin: float) -> np.ndarray:
-        """Per interval ``prev_max + (forecast + margin) * limit``; NaN without a previous max (the limit)."""
-        decision = np.full(len(inputs.prev_max), np.nan)
-        at = ~np.isnan(inputs.prev_max)
-        if at.any():
-            lim = inputs.limits[at]  # (peak + forecast jump) + margin, in this order wherever a decision is made
-            decision[at] = (inputs.prev_max[at] + self.predict(inputs.x[at]) * lim) + float(margin) * lim
-        return decision
-
-    # ---- storage: plain JSON values ----
     def as_dict(self) -> dict[str, Any]:
-        return {"quantile": self.quantile, "baseline": self.baseline, "phases": list(self.phases),
-                "n_features": self.n_features, "rows": self.rows,
+        return {"baseline": self.baseline, "n_features": self.n_features,
                 "trees": [{k: t[k].tolist() for k in _TREE_FIELDS} for t in self.trees]}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Forecaster":
+    def from_dict(cls, data: Mapping[str, Any]) -> "Trees":
         kinds = {"feature": np.int64, "threshold": float, "missing_left": bool, "left": np.int64, "right": np.int64,
                  "leaf": bool, "value": float}
         try:
             trees = tuple({k: np.asarray(t[k], dtype=kinds[k]) for k in _TREE_FIELDS} for t in data["trees"])
-            fc = cls(float(data["quantile"]), float(data["baseline"]), trees, tuple(int(p) for p in data["phases"]),
-                     int(data["n_features"]), int(data.get("rows", 0)))
+            out = cls(float(data["baseline"]), trees, int(data["n_features"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"forecaster: not a stored forecaster ({type(exc).__name__}: {exc})") from None
-        for t in fc.trees:
+        for t in out.trees:
             n = len(t["leaf"])
             inner = ~t["leaf"]
             if any(len(t[k]) != n for k in _TREE_FIELDS) or n == 0 or (
                     inner.any() and (t["left"][inner].max() >= n or t["right"][inner].max() >= n
-                                     or t["feature"][inner].max() >= fc.n_features or t["feature"][inner].min() < 0)):
+                                     or t["feature"][inner].max() >= out.n_features or t["feature"][inner].min() < 0)):
                 raise ModelError("forecaster: a stored tree is malformed")
+        return out
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A forecast per interval: the previous max, the median and upper forecast jumps, the known limit."""
+
+    prev_max: np.ndarray
+    center: np.ndarray
+    upper: np.ndarray
+    limits: np.ndarray
+
+    def decisions(self, spread: float) -> np.ndarray:
+        """``prev_max + (center + spread * (upper - center)) * limit``, NaN without a previous max (the limit):
+        the same operations in the replay's grid and in the stream."""
+        return self.prev_max + (self.center + float(spread) * (self.upper - self.center)) * self.limits
+
+
+@dataclass(frozen=True, eq=False)
+class Forecaster:
+    """Two quantile forecasts of the coming peak's jump from the same inputs: the median (``center``) and the
+    ``quantile`` (``upper``); a decision sits ``forecast_spread`` of the way from one to the other (beyond it
+    above 1, below the median under 0), so its margin is as wide as the situation is uncertain.
+    ``phases``: the phases it has an indicator for (empty: no phase inputs)."""
+
+    quantile: float
+    center: Trees
+    upper: Trees
+    phases: tuple[int, ...] = ()
+    rows: int = 0  # the training intervals it was fitted on
+
+    @property
+    def n_features(self) -> int:
+        return self.center.n_features
+
+    @classmethod
+    def fit(cls, x: np.ndarray, y: np.ndarray, quantile: float, phases: Sequence[int] = (), seed: int = 0) -> "Forecaster":
+        """Fit on rows ``x`` (from :func:`design`) and jumps ``y`` (rows with an unknown jump are left out)."""
+        keep = np.isfinite(y)
+        x, y = np.asarray(x, dtype=float)[keep], np.asarray(y, dtype=float)[keep]
+        if len(y) < 20:
+            raise ModelError(f"forecaster: {len(y)} training intervals with a known jump; too few to learn from")
+        return cls(float(quantile), Trees.fit(x, y, 0.5, seed=seed), Trees.fit(x, y, quantile, seed=seed),
+                   tuple(int(p) for p in phases), int(len(y)))
+
+    def forecast(self, inputs: TraceInputs) -> Forecast:
+        center, upper = np.full(len(inputs.prev_max), np.nan), np.full(len(inputs.prev_max), np.nan)
+        at = ~np.isnan(inputs.prev_max)
+        if at.any():
+            center[at], upper[at] = self.center.predict(inputs.x[at]), self.upper.predict(inputs.x[at])
+        return Forecast(inputs.prev_max, center, upper, inputs.limits)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"quantile": self.quantile, "phases": list(self.phases), "rows": self.rows,
+                "center": self.center.as_dict(), "upper": self.upper.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Forecaster":
+        try:
+            fc = cls(float(data["quantile"]), Trees.from_dict(data["center"]), Trees.from_dict(data["upper"]),
+                     tuple(int(p) for p in data["phases"]), int(data.get("rows", 0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"forecaster: not a stored forecaster ({type(exc).__name__}: {exc})") from None
+        if fc.center.n_features != fc.upper.n_features:
+            raise ModelError("forecaster: its two forecasts read different inputs")
         return fc
 
 
+def forecast_of(forecaster: Forecaster | None, usage: np.ndarray, lim: np.ndarray, phases: np.ndarray | None,
+                length: int) -> Forecast | None:
+    """A forecaster's forecast for every interval of one resource's trace (None without a forecaster)."""
+    if forecaster is None:
+        return None
+    return forecaster.forecast(trace_inputs(usage, lim, phases, length, forecaster.phases))
+
+
 def forecast_decisions(forecaster: Forecaster | None, usage: np.ndarray, lim: np.ndarray, phases: np.ndarray | None,
-                       length: int, margin: float) -> np.ndarray:
+                       length: int, spread: float) -> np.ndarray:
     """A forecast family's decision per interval of one resource's trace (NaN everywhere without a forecaster:
     the limit)."""
-    n_int = -(-len(usage) // length)
-    if forecaster is None:
-        return np.full(n_int, math.nan)
-    inputs = trace_inputs(usage, lim, phases, length, forecaster.phases)
-    return forecaster.decisions(inputs, margin)
+    fc = forecast_of(forecaster, usage, lim, phases, length)
+    return np.full(-(-len(usage) // length), math.nan) if fc is None else fc.decisions(spread)
 
 
-__all__ = ["FORECASTS", "HISTORY", "SUMMARY", "Forecaster", "TraceInputs", "design", "feature_names",
-           "forecast_decisions", "history_of", "interval_stats", "phase_runs", "trace_inputs"]
+__all__ = ["FORECASTS", "HISTORY", "SUMMARY", "Forecast", "Forecaster", "TraceInputs", "Trees", "design", "feature_names",
+           "forecast_decisions", "forecast_of", "history_of", "interval_stats", "phase_runs", "trace_inputs"]

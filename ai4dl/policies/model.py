@@ -250,25 +250,25 @@ class PolicyEstimator:
     def fit(self, phases: "DataFrame", level: ServiceLevel | None = None, runs: "DataFrame | None" = None,
             phase_model_id: str | None = None, data_version: Mapping[str, Any] | None = None,
             log: Any = print) -> PolicyModel:
+        """See :meth:`fit_with_totals`: the model alone."""
+        return self.fit_with_totals(phases, level, runs, phase_model_id, data_version, log)[0]
+
+    def fit_with_totals(self, phases: "DataFrame", level: ServiceLevel | None = None, runs: "DataFrame | None" = None,
+                        phase_model_id: str | None = None, data_version: Mapping[str, Any] | None = None,
+                        log: Any = print) -> "tuple[PolicyModel, pd.DataFrame]":
         """Fit on ``phases`` (the training containers' ``PHASES`` rows) for ``level`` (default: the params'
         service level). ``runs``: their phase runs (``gold/phase_sequences`` rows), when already built with
-        the same smoothing; else they are computed."""
-        from pyspark.sql import functions as F
-
+        the same smoothing; else they are computed. Also returns the calibration totals the knobs were chosen
+        from (:meth:`calibration_totals`), from which a knob can be chosen at any other service level."""
         from ai4dl.behaviour.sequences import run_lengths, transition_counts
-        from ai4dl.policies.fleet import frontier_totals, replay_fleet_grid
 
         p = self.params
         level = level or ServiceLevel.from_config(p)
         stats = phase_statistics(phases, p)
         runs = runs if runs is not None else run_lengths(phases, self.min_run_steps)
         transitions = normalise_transitions(transition_counts(runs).toPandas())
-        calibrating, total = self.calibration_containers(phases)
         forecasters, fitted_on = self.fit_forecasters(phases, stats, log)
-        frontier = replay_fleet_grid(calibrating, p, stats, transitions, forecasters=forecasters)
-        if fitted_on is not None:  # a forecaster's margin is calibrated on containers its trees never saw
-            frontier = frontier.where(~F.col("policy").isin(*FORECASTS) | ~fitted_on)
-        totals = frontier_totals(frontier)
+        totals, total = self.calibration_totals(phases, stats, transitions, forecasters, fitted_on)
         if totals.empty:
             raise ModelError("policy model: no training containers with phases to calibrate on")
         chosen = choose_knob(totals, level)
@@ -286,7 +286,25 @@ class PolicyEstimator:
             best=best_live(chosen, level), phase_model_id=phase_model_id, data_version=dict(data_version or {}),
             info={"calibration_containers": int(totals["containers"].max()), "training_containers": total},
             forecasters=forecasters,
-        )
+        ), totals
+
+    def calibration_totals(self, train: "DataFrame", stats: Mapping[int, Any], transitions: Any,
+                           forecasters: Mapping[str, Mapping[str, Forecaster]], fitted_on: Any
+                           ) -> "tuple[pd.DataFrame, int | None]":
+        """Every policy and knob value replayed on the calibration containers, summed per (policy, resource,
+        knob) (what a knob is chosen from, at any service level), and how many training containers there are
+        when only a subset calibrates. ``fitted_on``: the column of the containers the forecasters learned from,
+        whose forecast rows are left out (a forecaster's margin is calibrated on containers its trees never
+        saw)."""
+        from pyspark.sql import functions as F
+
+        from ai4dl.policies.fleet import frontier_totals, replay_fleet_grid
+
+        calibrating, total = self.calibration_containers(train)
+        frontier = replay_fleet_grid(calibrating, self.params, stats, transitions, forecasters=forecasters)
+        if fitted_on is not None:
+            frontier = frontier.where(~F.col("policy").isin(*FORECASTS) | ~fitted_on)
+        return frontier_totals(frontier), total
 
     def fit_forecasters(self, train: "DataFrame", stats: Mapping[int, Any], log: Any = print
                         ) -> "tuple[dict[str, dict[str, Forecaster]], Any]":

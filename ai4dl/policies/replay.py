@@ -39,7 +39,7 @@ import pandas as pd
 from ai4dl.config import ORACLES, POLICIES, PoliciesConfig
 from ai4dl.errors import InputError
 from ai4dl.lake.columns import POLICY_FRONTIER_FIELDS, POLICY_REPLAY_FIELDS
-from ai4dl.policies.forecast import FORECASTS, forecast_decisions
+from ai4dl.policies.forecast import FORECASTS, forecast_decisions, forecast_of
 from ai4dl.policies.nextphase import normalise_transitions
 from ai4dl.policies.rules import (
     KNOBS,
@@ -173,7 +173,7 @@ def interval_decisions(
         return np.full(n_int, np.nan)
     if policy in FORECASTS:
         fc = (forecasters or {}).get(policy, {}).get(resource)
-        return forecast_decisions(fc, usage, lim, phases, length, float(params.forecast_margin))
+        return forecast_decisions(fc, usage, lim, phases, length, float(params.forecast_spread))
     if policy in ORACLES:
         return reactive_decisions(policy, params, *interval_summaries(usage, length))
     if policy in ("prev.step.max", "prev.step.rules"):
@@ -487,9 +487,10 @@ def replay_container_grid(
             for resource in RESOURCES:
                 fc = (forecasters or {}).get(policy, {}).get(resource)
                 usage, lim = trace.usage[resource], trace.limit[resource]
-                base = forecast_decisions(fc, usage, lim, trace.phases, length, 0.0)
-                limits = limit_before(lim, length)
-                shared[resource] = [held(base + value * limits, usage, lim, length, resource) for value in grids[policy]]
+                fcast = forecast_of(fc, usage, lim, trace.phases, length)
+                n_int = -(-len(usage) // length)
+                shared[resource] = [held(np.full(n_int, np.nan) if fcast is None else fcast.decisions(value), usage, lim,
+                                         length, resource) for value in grids[policy]]
         if policy == "vpa" and len(trace.usage["cpu"]):  # every percentile from one conversion of the samples
             grid = grids[policy]
             usage, lim = trace.usage["cpu"], trace.limit["cpu"]
