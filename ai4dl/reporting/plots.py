@@ -710,7 +710,7 @@ def plot_ladder(table: pd.DataFrame, png_path: str | Path, title: str | None = N
                     f"{gap} (saves {100 * r.savings:.1f}%)", va="center", fontsize=7)
         ax.axvline(0.0, color="#555555", linewidth=0.8)
         ax.set_yticks(y, [f"{r.rung}: {r.policy}" for r in part.itertuples(index=False)], fontsize=7)
-        ax.set_xlim(low, 1.75)
+        ax.set_xlim(low, 1.5)
         ax.xaxis.set_major_formatter(lambda v, _pos: f"{100 * v:.0f}%")
         ax.set_xlabel("share of the gap closed, baseline -> clairvoyant (held out)", fontsize=8)
         ax.set_title(f"{RESOURCE_LABELS.get(resource, resource)} at {level}", fontsize=9)
