@@ -14,9 +14,9 @@ def _profile(rows):
 
 def test_names_follow_levels_variability_and_trend():
     profile = _profile([
-        (0, 50, 0.5, 0.05, 0.01, 0.10, 0.0),     # little CPU, steady; little memory, flat
-        (1, 30, 0.3, 0.80, 0.40, 0.90, 0.02),    # much CPU, varying; much memory, growing
-        (2, 20, 0.2, 0.40, 0.05, 0.50, -0.02),   # middling CPU, steady; middling memory, shrinking
+        (0, 50, 0.5, 0.05, 0.01, 0.10, 0.0, 0.0, 0.0),     # little CPU, steady; little memory, flat
+        (1, 30, 0.3, 0.80, 0.40, 0.90, 0.02, 0.0, 0.0),    # much CPU, varying; much memory, growing
+        (2, 20, 0.2, 0.40, 0.05, 0.50, -0.02, 0.0, 0.0),   # middling CPU, steady; middling memory, shrinking
     ])
     named = describe(profile, cpu_cuts=(0.2, 0.6), mem_cuts=(0.3, 0.7), typical_change=0.05)
     assert {p: n for p, (n, _) in named.items()} == {
@@ -28,16 +28,36 @@ def test_names_follow_levels_variability_and_trend():
                            "memory 90% of limit, +2.00 points per step; 30% of steps")
 
 
-def test_a_change_below_the_fleets_typical_change_is_flat_and_equal_names_get_their_number():
-    profile = _profile([(0, 5, 0.5, 0.7, 0.0, 0.2, 0.001), (1, 5, 0.5, 0.9, 0.0, 0.25, -0.001)])
+def test_a_change_below_the_fleets_typical_change_is_flat_and_equal_words_get_what_differs():
+    profile = _profile([(0, 5, 0.5, 0.7, 0.0, 0.2, 0.001, 0.0, 0.0), (1, 5, 0.5, 0.9, 0.0, 0.25, -0.001, 0.0, 0.0)])
     named = describe(profile, cpu_cuts=(0.2, 0.6), mem_cuts=(0.3, 0.7), typical_change=0.05)
-    assert named[0][0] == "high steady CPU, memory light and flat (0)"
-    assert named[1][0] == "high steady CPU, memory light and flat (1)"
-    assert named[1][1].startswith("high steady CPU, memory light and flat (1): CPU 90%")
+    assert named[0][0] == "high steady CPU, memory light and flat (CPU 70%)"
+    assert named[1][0] == "high steady CPU, memory light and flat (CPU 90%)"
+    assert named[1][1].startswith("high steady CPU, memory light and flat (CPU 90%): CPU 90%")
+    same_cpu = _profile([(0, 5, 0.5, 0.7, 0.0, 0.2, 0.0, 0.0, 0.0), (1, 5, 0.5, 0.7, 0.0, 0.25, 0.0, 0.0, 0.0),
+                         (2, 5, 0.5, 0.7, 0.0, 0.25, 0.0, 0.0, 0.0)])
+    names = [n for n, _ in describe(same_cpu, (0.2, 0.6), (0.3, 0.7), 0.05).values()]
+    assert names == ["high steady CPU, memory light and flat (memory 20%, phase 0)",
+                     "high steady CPU, memory light and flat (memory 25%, phase 1)",
+                     "high steady CPU, memory light and flat (memory 25%, phase 2)"]  # identical profiles: numbers
+    assert len(set(names)) == 3
+
+
+def test_a_memory_sawtooth_says_so():
+    """Memory that climbs through a stretch and drops back (a training epoch's saw): rising, in a sawtooth."""
+    phases = np.zeros(200)
+    mem = 0.3 + 0.004 * (np.arange(200) % 25)  # climbs 0.1 over 25 steps, then drops back
+    before = np.r_[mem[0], mem[:-1]]
+    cpu = np.full(200, 0.5)
+    steady = np.full(200, 0.3)  # a second, flat phase sets the fleet's typical change
+    info = name_phases(np.r_[phases, np.ones(200)], np.c_[np.r_[cpu, cpu] * 100, np.r_[mem, steady] * 100],
+                       np.c_[np.r_[cpu, cpu] * 100, np.r_[before, steady] * 100], ["cpu_usage_pct", "mem_usage_pct"])
+    assert info["phase_names"]["0"].endswith("and rising in a sawtooth"), info["phase_names"]
+    assert info["phase_names"]["1"].endswith("and flat"), info["phase_names"]
 
 
 def test_without_memory_or_cpu_features_only_what_is_known_is_said():
-    profile = _profile([(3, 5, 1.0, 0.3, 0.0, np.nan, np.nan)])
+    profile = _profile([(3, 5, 1.0, 0.3, 0.0, np.nan, np.nan, np.nan, np.nan)])
     assert describe(profile, (0.2, 0.6), None, None)[3][0] == "moderate steady CPU"
     assert describe(profile, None, None, None)[3][0] == "phase 3"
 

@@ -25,7 +25,16 @@ VARIABLE_CPU_CV = 0.35
 # Memory "rises"/"falls" when its median step-to-step change exceeds this fraction of the fleet's typical
 # step-to-step change (its standard deviation, winsorised at the 5th/95th percentiles).
 TREND_OF_TYPICAL_CHANGE = 0.15
-PROFILE_COLUMNS = ("phase", "steps", "share", "cpu", "cpu_sd", "mem", "mem_change")
+# A memory "drop" or "jump" is a step-to-step change beyond this many times the fleet's typical change; a phase
+# where at least SWING_SHARE of the steps drop swings: rising between drops, it is a sawtooth (a training loop
+# whose memory climbs through an epoch and falls back); dropping and jumping, it swings. A phase entered by one
+# jump (memory loaded at once, then held) does neither.
+SWING_OF_TYPICAL_CHANGE = 4.0
+SWING_SHARE = 0.02
+PROFILE_COLUMNS = ("phase", "steps", "share", "cpu", "cpu_sd", "mem", "mem_change", "mem_drops", "mem_jumps")
+# What tells two phases of the same words apart, in the order tried: (profile column, label, format).
+_DISTINGUISHERS = (("cpu", "CPU", "pct"), ("mem", "memory", "pct"), ("cpu_sd", "CPU sd", "pct"),
+                   ("mem_change", "memory change", "points"), ("share", "share of steps", "pct"))
 
 
 def utilisation(raw: np.ndarray, features: Sequence[str]) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -58,9 +67,11 @@ def utilisation(raw: np.ndarray, features: Sequence[str]) -> tuple[np.ndarray | 
 
 
 def phase_profile(phases: np.ndarray, cpu: np.ndarray | None, mem: np.ndarray | None,
-                  mem_before: np.ndarray | None = None) -> pd.DataFrame:
-    """Per phase: steps, share, mean CPU and its standard deviation, mean memory and its median change per step
-    (``mem - mem_before``; NaN without the previous step). Columns :data:`PROFILE_COLUMNS`."""
+                  mem_before: np.ndarray | None = None, typical_change: float | None = None) -> pd.DataFrame:
+    """Per phase: steps, share, mean CPU and its standard deviation, mean memory, its median change per step
+    (``mem - mem_before``; NaN without the previous step), and the shares of its steps whose change drops or jumps
+    by more than :data:`SWING_OF_TYPICAL_CHANGE` times ``typical_change`` (NaN without it). Columns
+    :data:`PROFILE_COLUMNS`."""
     phases = np.asarray(phases, dtype=float)
     n = int(np.isfinite(phases).sum())
     rows = []
@@ -73,8 +84,14 @@ def phase_profile(phases: np.ndarray, cpu: np.ndarray | None, mem: np.ndarray | 
 
         cpu_sd = float(np.nanstd(cpu[m])) if cpu is not None and np.isfinite(cpu[m]).any() else np.nan
         # the median: the jump into a phase (memory loaded at once, then held) is not a trend of the phase
-        median_change = float(np.nanmedian(change[m])) if change is not None and np.isfinite(change[m]).any() else np.nan
-        rows.append((p, int(m.sum()), m.sum() / n, mean(cpu), cpu_sd, mean(mem), median_change))
+        known = change is not None and np.isfinite(change[m]).any()
+        median_change = float(np.nanmedian(change[m])) if known else np.nan
+        drops = jumps = np.nan
+        if known and typical_change:
+            c = change[m][np.isfinite(change[m])]
+            drops = float(np.mean(c < -SWING_OF_TYPICAL_CHANGE * typical_change))
+            jumps = float(np.mean(c > SWING_OF_TYPICAL_CHANGE * typical_change))
+        rows.append((p, int(m.sum()), m.sum() / n, mean(cpu), cpu_sd, mean(mem), median_change, drops, jumps))
     return pd.DataFrame(rows, columns=list(PROFILE_COLUMNS))
 
 
@@ -83,7 +100,8 @@ def describe(profile: pd.DataFrame, cpu_cuts: tuple[float, float] | None, mem_cu
     """``{phase: (name, description)}``. ``*_cuts``: the fleet's tertiles of per-step CPU / memory use (None:
     no such feature); ``typical_change``: the fleet's standard deviation of memory change per step.
 
-    Names are unique: two phases that read the same get their number appended."""
+    Names are unique and say what differs: phases whose words read the same get, in brackets, the figure that
+    tells them apart (their CPU, memory, CPU spread, memory trend or share of steps, the first that does)."""
     out: dict[int, tuple[str, str]] = {}
     for r in profile.itertuples():
         words, numbers = [], []
@@ -100,16 +118,55 @@ def describe(profile: pd.DataFrame, cpu_cuts: tuple[float, float] | None, mem_cu
                     trend = "rising"
                 elif r.mem_change < -TREND_OF_TYPICAL_CHANGE * typical_change:
                     trend = "falling"
+            drops, jumps = getattr(r, "mem_drops", np.nan), getattr(r, "mem_jumps", np.nan)
+            if np.isfinite(drops) and drops >= SWING_SHARE:
+                if trend == "rising":
+                    trend = "rising in a sawtooth"
+                elif np.isfinite(jumps) and jumps >= SWING_SHARE:
+                    trend = "swinging"
             words.append(f"memory {level} and {trend}")
             numbers.append(f"memory {_pct(r.mem)} of limit"
                            + (f", {r.mem_change * 100:+.2f} points per step" if np.isfinite(r.mem_change) else ""))
         name = ", ".join(words) or f"phase {r.phase}"
         numbers.append(f"{_pct(r.share)} of steps")
         out[int(r.phase)] = (name, f"{name}: " + "; ".join(numbers))
-    seen: dict[str, int] = {}
-    for name, _ in out.values():
-        seen[name] = seen.get(name, 0) + 1
-    return {p: ((f"{n} ({p})", f"{n} ({p}){d[len(n):]}") if seen[n] > 1 else (n, d)) for p, (n, d) in out.items()}
+    return _distinct(out, profile)
+
+
+def _distinct(named: dict[int, tuple[str, str]], profile: pd.DataFrame) -> dict[int, tuple[str, str]]:
+    """Phases sharing a name get the figure that tells them apart appended: the first of
+    :data:`_DISTINGUISHERS` whose formatted values differ within the group (several when one does not suffice);
+    a group no figure separates (identical profiles) falls back to the phase numbers."""
+    by_phase = {int(r.phase): r for r in profile.itertuples()}
+    groups: dict[str, list[int]] = {}
+    for p, (n, _) in named.items():
+        groups.setdefault(n, []).append(p)
+    out = dict(named)
+    for name, members in groups.items():
+        if len(members) < 2:
+            continue
+        tags: dict[int, list[str]] = {p: [] for p in members}
+        for column, label, kind in _DISTINGUISHERS:
+            values = {p: getattr(by_phase[p], column, np.nan) for p in members}
+            shown = {p: _figure_of(v, kind) for p, v in values.items()}
+            if len(set(shown.values())) < 2:
+                continue
+            for p in members:
+                tags[p].append(f"{label} {shown[p]}")
+            if len({tuple(t) for t in tags.values()}) == len(members):
+                break
+        if len({tuple(t) for t in tags.values()}) < len(members):
+            tags = {p: tags[p] + [f"phase {p}"] for p in members}
+        for p in members:
+            unique = f"{name} ({', '.join(tags[p])})"
+            out[p] = (unique, unique + named[p][1][len(name):])
+    return out
+
+
+def _figure_of(value: float, kind: str) -> str:
+    if not np.isfinite(value):
+        return "n/a"
+    return f"{value * 100:.0f}%" if kind == "pct" else f"{value * 100:+.2f} points per step"
 
 
 def name_phases(phases: np.ndarray, raw: np.ndarray, raw_before: np.ndarray | None,
@@ -118,7 +175,6 @@ def name_phases(phases: np.ndarray, raw: np.ndarray, raw_before: np.ndarray | No
     feature order), ``raw_before`` the same of each step's previous step (or None)."""
     cpu, mem = utilisation(raw, features)
     mem_before = utilisation(raw_before, features)[1] if raw_before is not None else None
-    profile = phase_profile(phases, cpu, mem, mem_before)
     labelled = np.isfinite(np.asarray(phases, dtype=float))
     change = None if mem is None or mem_before is None else (mem - mem_before)[labelled]
     typical = None
@@ -126,6 +182,7 @@ def name_phases(phases: np.ndarray, raw: np.ndarray, raw_before: np.ndarray | No
         # winsorised at the 5th/95th percentiles: the jumps between phases would otherwise set the scale
         lo, hi = np.nanquantile(change, [0.05, 0.95])
         typical = float(np.nanstd(np.clip(change, lo, hi)))
+    profile = phase_profile(phases, cpu, mem, mem_before, typical)
     named = describe(profile, _tertiles(cpu, labelled), _tertiles(mem, labelled), typical)
     return {
         "phase_names": {str(p): n for p, (n, _) in named.items()},
