@@ -5,14 +5,25 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.ai4dl-installed
 CONF   ?= conf/local.yaml
 
-# Debian packages the tests use (chromium: the report opened in a real browser; prometheus: a real server for
-# the Prometheus ingest test, with promtool). One package per line, so branches adding packages merge cleanly;
-# installed only when missing and when we may (root with apt-get); otherwise those tests skip and say why.
-SYSTEM_PACKAGES = \
+# Debian packages: the demo needs a Java runtime for Spark (skipped when a `java` is already on the PATH); the
+# tests add chromium (the report opened in a real browser) and prometheus (a real server for the Prometheus
+# ingest test, with promtool). One package per line, so branches adding packages merge cleanly; installed only
+# when missing and when we may (root with apt-get); otherwise the demo says what is missing and those tests skip.
+DEMO_PACKAGES = \
+	openjdk-17-jre-headless
+TEST_PACKAGES = \
 	chromium \
 	prometheus
 
-.PHONY: install system-deps demo test reference bench clean
+.PHONY: install demo-deps _demo-packages system-deps demo test reference bench clean
+
+define apt_install
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else echo "not installed:$$missing (needs root and apt-get)"; fi
+endef
 
 # The venv is made once; torch (large) is downloaded only when pyproject.toml changes or the venv is new.
 # -W hides setuptools' note on editable installs (a warning block on every install, nothing to act on).
@@ -22,15 +33,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -W "ignore:Editable installation" -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-system-deps:
-	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -z "$$missing" ]; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	else echo "not installed:$$missing (needs root and apt-get; the tests using them will skip)"; fi
+demo-deps:
+	@if command -v java >/dev/null 2>&1; then :; else $(MAKE) --no-print-directory _demo-packages; fi
 
-# Delta's JARs fetched and the JVM class archive written once, so the first command starts as fast as later ones.
-install: system-deps $(STAMP)
+_demo-packages:
+	$(call apt_install,$(DEMO_PACKAGES))
+
+# The test-only packages (the demo does not need them).
+system-deps:
+	$(call apt_install,$(TEST_PACKAGES))
+
+# Java, the venv, Delta's JARs fetched and the JVM class archive written once, so the first command starts as
+# fast as later ones.
+install: demo-deps $(STAMP)
 	$(BIN)/python -c "from ai4dl.lake.session import prepare_local_start; prepare_local_start()"
 
 demo: install
@@ -39,7 +54,7 @@ demo: install
 # The default suite on both cores (pytest-xdist; a test file stays on one worker, so its module fixtures are
 # built once), then the slow complete checks one at a time (they start processes, clusters and kill them).
 # `pytest` alone runs the default suite; `pytest -m slow` the slow one.
-test: install
+test: install system-deps
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 	$(BIN)/python -m pytest -m slow
 
