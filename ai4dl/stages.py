@@ -662,9 +662,13 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     sections = [Section("A container's life by phase", f"Container {pod}: CPU and memory, coloured by phase.", images=[images["trace"]])]
     sections.append(Section("What each phase uses", "CPU cores and memory per phase, and how common each phase is.", images=[images["box"]]))
     if lake.exists("phase_stats"):
-        table = lake.read("phase_stats").where(F.col("service") == ALL_SERVICES).orderBy("phase").toPandas()
+        from ai4dl.behaviour.phase_stats import readable_phase_stats
+
+        table = (readable_phase_stats(lake.spark, lake.path("phase_stats")).where(F.col("service") == ALL_SERVICES)
+                 .drop("service").orderBy("phase").toPandas())
         graphs = [p for p in (out_dir / "transition_graph.png", out_dir / "prototype_tree.png") if p.exists()]
-        sections.append(Section("Phase statistics (fleet)", "From the gold table phase_stats.", table=table.round(3), images=graphs))
+        sections.append(Section("Phase statistics (fleet)", "From the gold table phase_stats (the view ai4dl_phase_summary): "
+                                "CPU in cores, memory in GiB, dwell in minutes.", table=table, images=graphs))
     meta: dict[str, Any] = {"lake": cfg.lake.root, "labelled steps": total}
     if lake.exists("policy_calibration") and lake.exists("policy_frontier"):
         from ai4dl.policies.fleet import frontier_totals

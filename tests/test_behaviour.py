@@ -323,6 +323,12 @@ def test_phase_statistics_and_views(spark, tmp_path):
     assert math.isclose(share["s1", 0], 0.8) and math.isclose(share["s1", 1], 0.2)
     assert math.isclose(share["s2", 0], 1.0)
     assert math.isclose(share[ALL_SERVICES, 0], 6 / 7)
+    summary = {(r.service, r.phase): r for r in spark.sql("SELECT * FROM ai4dl_phase_summary").collect()}
+    s1 = summary["s1", 0]  # the same statistics in cores, GiB, percent and minutes
+    assert s1.steps == rows["s1", 0].samples and s1.share_of_steps_pct == 80.0
+    assert math.isclose(s1.mem_mean_gib, round(rows["s1", 0].mem_mean / 2**30, 3))
+    assert math.isclose(s1.cpu_p95_cores, round(rows["s1", 0].cpu_p95, 3))
+    assert math.isclose(s1.mean_dwell_minutes, round(rows["s1", 0].mean_dwell_seconds / 60, 1))
     tr = spark.sql("SELECT src, dst, count, probability FROM ai4dl_phase_transitions").collect()
     assert [tuple(r) for r in tr] == [(0, 1, 1, 1.0)]
     assert spark.sql("SELECT count(*) FROM ai4dl_phase_sequences").first()[0] == 3  # a: 0, 1; b: 0

@@ -92,13 +92,45 @@ def _delta(path: str) -> str:
     return "delta.`" + str(path).replace("`", "``") + "`"
 
 
-VIEWS = ("ai4dl_phase_stats", "ai4dl_phase_share", "ai4dl_phase_sequences", "ai4dl_phase_transitions")
+VIEWS = ("ai4dl_phase_stats", "ai4dl_phase_summary", "ai4dl_phase_share", "ai4dl_phase_sequences",
+         "ai4dl_phase_transitions")
+
+GIB = 1 << 30
+# The phase statistics as people read them (the ai4dl_phase_summary view, the report's table): CPU in cores,
+# memory in GiB, shares in percent, dwell in minutes. (column, SQL over a PHASE_STATS table), declared once.
+READABLE: tuple[tuple[str, str], ...] = (
+    (SERVICE, SERVICE),
+    ("phase", "phase"),
+    ("phase_name", "phase_name"),
+    ("steps", "samples"),
+    ("share_of_steps_pct", f"ROUND(100.0 * samples / SUM(samples) OVER (PARTITION BY {SERVICE}), 1)"),
+    ("cpu_mean_cores", "ROUND(cpu_mean, 3)"),
+    ("cpu_p95_cores", "ROUND(cpu_p95, 3)"),
+    ("cpu_max_cores", "ROUND(cpu_max, 3)"),
+    ("mem_mean_gib", f"ROUND(mem_mean / {GIB}, 3)"),
+    ("mem_p95_gib", f"ROUND(mem_p95 / {GIB}, 3)"),
+    ("mem_max_gib", f"ROUND(mem_max / {GIB}, 3)"),
+    ("mean_dwell_minutes", "ROUND(mean_dwell_seconds / 60.0, 1)"),
+)
+
+
+def readable_sql(source: str) -> str:
+    """The :data:`READABLE` columns of a ``PHASE_STATS`` source (a table name or ``delta.`path```)."""
+    columns = ",\n               ".join(f"{expr} AS {name}" for name, expr in READABLE)
+    return f"SELECT {columns}\n        FROM {source}"
+
+
+def readable_phase_stats(spark: SparkSession, stats_path: str) -> DataFrame:
+    """The gold phase statistics in cores, GiB, percent and minutes (what the report shows)."""
+    return spark.sql(readable_sql(_delta(stats_path)))
 
 
 def create_bi_views(spark: SparkSession, stats_path: str, sequences_path: str, transitions_path: str) -> list[str]:
     """``CREATE OR REPLACE TEMP VIEW`` over the gold Delta tables; returns the view names (:data:`VIEWS`).
 
-    * ``ai4dl_phase_stats`` - the :data:`PHASE_STATS` table as is;
+    * ``ai4dl_phase_stats`` - the :data:`PHASE_STATS` table as is (cores and bytes);
+    * ``ai4dl_phase_summary`` - the same in the units people read (:data:`READABLE`: cores, GiB, percent of
+      the service's steps, minutes);
     * ``ai4dl_phase_share`` - ``service, phase, samples, share``: the phase's fraction of the service's labelled
       samples (for ``service = '__all__'``: of the fleet's), so ``share`` sums to 1 per service;
     * ``ai4dl_phase_sequences`` - the run-length sequences (:data:`~ai4dl.schema.PHASE_SEQUENCES`);
@@ -111,6 +143,7 @@ def create_bi_views(spark: SparkSession, stats_path: str, sequences_path: str, t
     may not reference a temp view, and tables by location keep following the Delta path's latest version.
     """
     spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_stats AS SELECT * FROM {_delta(stats_path)}")
+    spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_summary AS {readable_sql(_delta(stats_path))}")
     spark.sql(
         f"""
         CREATE OR REPLACE TEMP VIEW ai4dl_phase_share AS
