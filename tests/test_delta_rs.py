@@ -48,6 +48,10 @@ def _assert_readable(table: DeltaTable, name: str) -> None:
     features = set(protocol.reader_features or ())
     assert protocol.min_reader_version <= delta_rs.MAX_SUPPORTED_READER_VERSION, (name, protocol)
     assert features <= delta_rs.SUPPORTED_READER_FEATURES and not features & REFUSED, (name, protocol)
+    # Column mapping under the legacy protocol (reader version 2) names no reader feature, and deltalake's pyarrow
+    # reader then reads the physical column names as missing: every value null, no error. Refused by its property.
+    mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+    assert mapping == "none" and protocol.min_reader_version != 2, (name, mapping, protocol)
 
 
 def _normalised(frame: pd.DataFrame) -> pd.DataFrame:
