@@ -354,9 +354,9 @@ def test_an_unreachable_maven_central_is_one_line(tmp_path, monkeypatch, capsys)
     assert "central" in (tmp_path / "ivy" / session.IVY_SETTINGS_NAME).read_text()
 
 
-def test_no_import_cycle_runs_through_config(project_root):
-    """The configuration is the layer every module reads its parameters from: it imports no library module that
-    could import it back (any import statement counts, lazy ones too)."""
+def _import_graph(project_root, runtime_only: bool = False):
+    """The library's module import graph from every import statement (lazy ones too); ``runtime_only``: without
+    those under ``if TYPE_CHECKING:`` (annotations only)."""
     import ast
 
     import networkx as nx
@@ -365,12 +365,41 @@ def test_no_import_cycle_runs_through_config(project_root):
                for p in (project_root / "ai4dl").rglob("*.py")}
     graph = nx.DiGraph()
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        skipped = set()
+        if runtime_only:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                    skipped.update(id(n) for child in node.body for n in ast.walk(child))
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
             targets = []
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ai4dl"):
                 targets = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names if a.name.startswith("ai4dl")]
             graph.add_edges_from((name, t) for t in targets if t in modules and t != name)
+    return graph
+
+
+def test_no_import_cycle_runs_through_config(project_root):
+    """The configuration is the layer every module reads its parameters from: it imports no library module that
+    could import it back (any import statement counts, lazy ones too)."""
+    import networkx as nx
+
+    graph = _import_graph(project_root)
     assert set(graph.successors("ai4dl.config")) <= {"ai4dl.errors", "ai4dl.durations", "ai4dl.lake.columns"}
     assert not [c for c in nx.simple_cycles(graph) if "ai4dl.config" in c]
+
+
+def test_the_phase_model_uses_the_labeller_not_the_other_way_round(project_root):
+    """``method.model`` labels through ``method.labelling``; the labeller knows the model only by its annotations:
+    no module of the method imports one that imports it back at run time."""
+    import networkx as nx
+
+    graph = _import_graph(project_root, runtime_only=True)
+    assert graph.has_edge("ai4dl.method.model", "ai4dl.method.labelling")
+    assert not graph.has_edge("ai4dl.method.labelling", "ai4dl.method.model")
+    method = graph.subgraph([n for n in graph if n.startswith("ai4dl.method.")])
+    assert not list(nx.simple_cycles(method))

@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 from ai4dl.errors import ConfigError, ModelError
 from ai4dl.method.crbm import CRBMWeights, encode
-from ai4dl.method.model import PhaseModel
 
 if TYPE_CHECKING:  # pragma: no cover - the kernel runs without Spark; the engines need it
     from pyspark.sql import DataFrame
+
+    from ai4dl.method.model import PhaseModel  # the model uses the labeller, not the other way round
 
 
 def nearest(centers: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
