@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 import time
+from types import SimpleNamespace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,11 +50,75 @@ def label_fleet(cfg, spark, source: str, fmt: str):
     return trained, train_seconds
 
 
+FORWARD_PENALTIES = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
+
+
+def _decodings(cfg, held, model, train) -> dict:
+    """The held-out containers' phases decoded from the same activations: each step's nearest phase (``none``),
+    the causal forward decoder (what a stream can say the moment a sample arrives) at ``label.switch_penalty``
+    (``forward``) and at the penalty of :data:`FORWARD_PENALTIES` scoring best on the *training* containers
+    (``forward*``), and Viterbi over the whole trace at ``label.switch_penalty`` (``viterbi``, the offline
+    ceiling); per decoding ARI, and when a phase changes against when the true behaviour does (delay p50/p95 in
+    steps, false changes per 1,000 steps)."""
+    import numpy as np
+
+    from ai4dl.method.labelling import forward_decode, squared_distances, viterbi
+    from ai4dl.method.quality import change_timing, fleet_change_timing, phase_quality
+
+    gap = model.info.get("switch_gap")
+    if model.refinements or gap is None:
+        print("decodings: the model is refined or has no switch_gap; only its own labels are scored")
+        return {}
+    penalty = float(cfg.label.switch_penalty) * float(gap)
+    centers = np.asarray(model.centers, dtype=np.float64)
+
+    def containers(df):
+        pdf = df.select("pod_id", "ts", "behaviour", "activations").toPandas().sort_values(["pod_id", "ts"], kind="stable")
+        return [(part["behaviour"].tolist(),
+                 squared_distances(centers, np.stack([np.asarray(a, dtype=np.float64) for a in part["activations"]])))
+                for _, part in pdf.groupby("pod_id", sort=True)]
+
+    def score(items, decode):
+        truth, labels, timing = [], [], []
+        for behaviour, d2 in items:
+            path = decode(d2)
+            truth += behaviour
+            labels += path.tolist()
+            timing.append(change_timing(behaviour, path.tolist()))
+        return {"ari": round(phase_quality(truth, labels)["ari"], 4), **fleet_change_timing(timing)}
+
+    trained_on = containers(train)
+    by_penalty = {m: score(trained_on, lambda d2, m=m: forward_decode(d2, m * float(gap))[0])["ari"] for m in FORWARD_PENALTIES}
+    chosen = max(by_penalty, key=lambda m: (by_penalty[m], -m))
+    print(f"forward decoder, training containers' ARI by penalty (x switch gap): "
+          + ", ".join(f"{m:g}: {a:.3f}" for m, a in by_penalty.items()) + f" -> {chosen:g}")
+    decoders = {"none": lambda d2: np.argmin(d2, axis=1), "forward": lambda d2: forward_decode(d2, penalty)[0],
+                "forward*": lambda d2: forward_decode(d2, chosen * float(gap))[0],
+                "viterbi": lambda d2: viterbi(d2, penalty)}
+    items = containers(held)
+    out = {name: score(items, decode) for name, decode in decoders.items()}
+    out["forward_penalty_chosen_on_training"] = chosen
+    base = out["none"]["false_per_1000_steps"]
+    print(f"decodings of the held-out activations (penalty {cfg.label.switch_penalty:g} x switch gap; "
+          f"{out['none']['true_changes']} true behaviour changes):")
+    print(f"  {'decoding':<8} {'ARI':>6} {'delay p50':>9} {'p95':>5} {'missed':>7} {'false/1000 steps':>17}")
+    for name, r in ((n, r) for n, r in out.items() if isinstance(r, dict)):
+        print(f"  {name:<8} {r['ari']:6.3f} {r['delay_p50']:9.1f} {r['delay_p95']:5.1f} {r['missed_share']:7.1%} "
+              f"{r['false_per_1000_steps']:17.1f}")
+    if out["viterbi"]["ari"] > out["none"]["ari"]:
+        share = (out["forward*"]["ari"] - out["none"]["ari"]) / (out["viterbi"]["ari"] - out["none"]["ari"])
+        out["forward_share_of_viterbi_gain"] = round(share, 3)
+        print(f"  forward* closes {share:.0%} of the ARI gap between nearest-phase and Viterbi decoding "
+              f"(false changes {out['forward*']['false_per_1000_steps']:.1f} vs {base:.1f} per 1,000 steps)")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fleet", default=str(ROOT.parent / "shared" / "data" / "fleet" / "fleet-2026"))
     p.add_argument("--workdir", default="/tmp/ai4dl-quality")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--reuse", action="store_true", help="score the lake and model of an earlier run in --workdir")
     p.add_argument("--stability-seed", type=int, help="also train with this train.seed and report how far the two "
                    "models' held-out phases agree up to renaming (adjusted Rand index between them)")
     args = p.parse_args(argv)
@@ -67,11 +132,18 @@ def main(argv=None) -> int:
     from ai4dl.method.split import ContainerSplit
 
     work = Path(args.workdir)
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.reuse:
+        shutil.rmtree(work, ignore_errors=True)
     cfg = bench_config(work, args.overrides)
     print(f"[quality] load {os.getloadavg()[0]:.2f} (1 min); fleet {args.fleet}", flush=True)
     spark = get_spark(cfg)
-    trained, train_seconds = label_fleet(cfg, spark, args.fleet, "parquet")
+    if args.reuse:  # the lake and model of an earlier run: score again without relabelling
+        from ai4dl.method.model import latest_version, load
+
+        path = str(latest_version(cfg.lake.models, cfg.train.model_name))
+        trained, train_seconds = SimpleNamespace(details={"path": path, "model": load(path)}), float("nan")
+    else:
+        trained, train_seconds = label_fleet(cfg, spark, args.fleet, "parquet")
     lake = Lake.for_config(spark, cfg)
     held = ContainerSplit.of(cfg.window).held_out(lake.read("phases")).where("phase IS NOT NULL AND behaviour IS NOT NULL")
     pdf = held.select("behaviour", "phase").toPandas()
@@ -89,6 +161,8 @@ def main(argv=None) -> int:
     print(f"{'behaviour':<26} {'steps':>8} {'main phase':>10} {'purity':>7}  name of the main phase")
     for name, b in sorted(result["behaviours"].items()):
         print(f"{name:<26} {b['steps']:>8} {b['phase']:>10} {b['purity']:>7.1%}  {phase_name(info, b['phase'])}")
+    train_side = ContainerSplit.of(cfg.window).training(lake.read("phases")).where("phase IS NOT NULL AND behaviour IS NOT NULL")
+    result["decodings"] = _decodings(cfg, held, trained.details["model"], train_side)
     if args.stability_seed is not None:
         other = stages.train(cfg.replace(train={"seed": args.stability_seed}), spark).details["model"]
         windows = ContainerSplit.of(cfg.window).held_out(lake.read("silver").where("has_full_history"))

@@ -54,6 +54,11 @@ def test_a_memory_sawtooth_says_so():
                        np.c_[np.r_[cpu, cpu] * 100, np.r_[before, steady] * 100], ["cpu_usage_pct", "mem_usage_pct"])
     assert info["phase_names"]["0"].endswith("and rising in a sawtooth"), info["phase_names"]
     assert info["phase_names"]["1"].endswith("and flat"), info["phase_names"]
+    noisy = np.r_[0.3 + 0.002 * np.arange(200) + np.where(np.arange(200) % 25 == 0, 0.1, 0.0)]  # spikes up and back
+    info = name_phases(np.r_[phases, np.ones(200)], np.c_[np.r_[cpu, cpu] * 100, np.r_[noisy, steady] * 100],
+                       np.c_[np.r_[cpu, cpu] * 100, np.r_[np.r_[noisy[0], noisy[:-1]], steady] * 100],
+                       ["cpu_usage_pct", "mem_usage_pct"])
+    assert info["phase_names"]["0"].endswith("and swinging"), info["phase_names"]
 
 
 def test_without_memory_or_cpu_features_only_what_is_known_is_said():

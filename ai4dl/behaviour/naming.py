@@ -25,10 +25,10 @@ VARIABLE_CPU_CV = 0.35
 # Memory "rises"/"falls" when its median step-to-step change exceeds this fraction of the fleet's typical
 # step-to-step change (its standard deviation, winsorised at the 5th/95th percentiles).
 TREND_OF_TYPICAL_CHANGE = 0.15
-# A memory "drop" or "jump" is a step-to-step change beyond this many times the fleet's typical change; a phase
-# where at least SWING_SHARE of the steps drop swings: rising between drops, it is a sawtooth (a training loop
-# whose memory climbs through an epoch and falls back); dropping and jumping, it swings. A phase entered by one
-# jump (memory loaded at once, then held) does neither.
+# A memory "drop" or "jump" is a step-to-step change beyond this many times the fleet's typical change. A phase
+# where at least SWING_SHARE of the steps drop and as many jump swings; one that drops that often but climbs
+# gradually in between (its median change rising) is a sawtooth (a training loop whose memory climbs through an
+# epoch and falls back). A phase entered by one jump (memory loaded at once, then held) does neither.
 SWING_OF_TYPICAL_CHANGE = 4.0
 SWING_SHARE = 0.02
 PROFILE_COLUMNS = ("phase", "steps", "share", "cpu", "cpu_sd", "mem", "mem_change", "mem_drops", "mem_jumps")
@@ -120,10 +120,10 @@ def describe(profile: pd.DataFrame, cpu_cuts: tuple[float, float] | None, mem_cu
                     trend = "falling"
             drops, jumps = getattr(r, "mem_drops", np.nan), getattr(r, "mem_jumps", np.nan)
             if np.isfinite(drops) and drops >= SWING_SHARE:
-                if trend == "rising":
-                    trend = "rising in a sawtooth"
-                elif np.isfinite(jumps) and jumps >= SWING_SHARE:
-                    trend = "swinging"
+                if np.isfinite(jumps) and jumps >= SWING_SHARE:
+                    trend = "swinging"  # large steps both ways: noise or spikes, not a saw
+                elif trend == "rising":
+                    trend = "rising in a sawtooth"  # gradual climbs, sudden drops
             words.append(f"memory {level} and {trend}")
             numbers.append(f"memory {_pct(r.mem)} of limit"
                            + (f", {r.mem_change * 100:+.2f} points per step" if np.isfinite(r.mem_change) else ""))

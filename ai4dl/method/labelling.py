@@ -84,6 +84,39 @@ def viterbi(costs: np.ndarray, penalty: float) -> np.ndarray:
     return path
 
 
+def forward_decode(costs: np.ndarray, penalty: float, acc: np.ndarray | None = None,
+                   current: int | None = None) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """The causal counterpart of :func:`viterbi`: at each step, the end of the cheapest path so far under the
+    same cost (distances plus ``penalty`` per change), decided with nothing after the step, so a live stream
+    can say it the moment the sample arrives. A change is declared once the new phase's evidence has paid for
+    the switch, so a one-step flicker is not one. State between calls: the accumulated costs ``acc`` (shifted
+    so their minimum is 0: bounded whatever the age) and the ``current`` phase; ties keep ``current``.
+
+    >>> c = np.array([[0, 1], [0, 1], [1, 0], [0, 2], [1, 0], [1, 0], [1, 0]], dtype=float)
+    >>> forward_decode(c, 0.0)[0].tolist(), forward_decode(c, 1.5)[0].tolist()
+    ([0, 0, 1, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1])
+    >>> path, acc, cur = forward_decode(c[:4], 1.5)
+    >>> forward_decode(c[4:], 1.5, acc, cur)[0].tolist()  # resumed: the same as in one call
+    [0, 1, 1]
+    """
+    costs = np.asarray(costs, dtype=np.float64)
+    n, k = costs.shape
+    path = np.empty(n, dtype=np.int64)
+    acc = None if acc is None else np.asarray(acc, dtype=np.float64).copy()
+    for t in range(n):
+        if acc is None:
+            acc = costs[t].copy()
+        else:
+            acc = costs[t] + np.minimum(acc, acc.min() + penalty)
+        acc -= acc.min()
+        best = int(np.argmin(acc))
+        if current is not None and acc[current] <= acc[best]:
+            best = int(current)
+        current = best
+        path[t] = best
+    return path, (np.zeros(k) if acc is None else acc), current
+
+
 def smooth_container(pdf: pd.DataFrame, centers: np.ndarray, penalty: float) -> pd.DataFrame:
     """One container's ``PHASES`` rows with their phases decoded by :func:`viterbi` over its labelled steps in
     time order (segments follow each other: an outage is one more step), ``distance`` the distance to the

@@ -32,4 +32,50 @@ def phase_quality(truth: Sequence[Any], predicted: Sequence[Any]) -> dict[str, A
     }
 
 
-__all__ = ["phase_quality"]
+def change_timing(truth: Sequence[Any], predicted: Sequence[Any]) -> dict[str, Any]:
+    """When one container's phases change, against when its true behaviour does (both per step, in time order):
+    for each true change, the delay in steps to the first phase change at or after it and before the next true
+    change (none there: ``missed``); every other phase change is a false one. What a policy triggered by a
+    phase change pays: late reactions, and reactions to nothing.
+
+    >>> t = change_timing(list("aaaabbbbbbcccc"), [0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 2, 2])
+    >>> t["delays"], t["missed"], t["false_changes"], t["steps"]
+    ([1, 2], 0, 2, 14)
+    """
+    delays: list[int] = []
+    missed = false = 0
+    n = len(truth)
+    true_at = [i for i in range(1, n) if truth[i] != truth[i - 1]]
+    seen_at = [i for i in range(1, n) if predicted[i] != predicted[i - 1]]
+    bounds = [*true_at, n]
+    matched = set()
+    for j, t in enumerate(true_at):
+        hit = next((s for s in seen_at if t <= s < bounds[j + 1]), None)
+        if hit is None:
+            missed += 1
+        else:
+            delays.append(hit - t)
+            matched.add(hit)
+    false = sum(1 for s in seen_at if s not in matched)
+    return {"delays": delays, "missed": missed, "false_changes": false, "steps": n}
+
+
+def fleet_change_timing(per_container: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`change_timing` of many containers summed: delay p50 and p95 in steps, the share of true changes
+    never followed by a phase change in their behaviour, and false phase changes per 1,000 steps."""
+    import numpy as np
+
+    delays = [d for c in per_container for d in c["delays"]]
+    true_changes = len(delays) + sum(c["missed"] for c in per_container)
+    steps = sum(c["steps"] for c in per_container)
+    false = sum(c["false_changes"] for c in per_container)
+    return {
+        "true_changes": true_changes,
+        "delay_p50": float(np.percentile(delays, 50)) if delays else float("nan"),
+        "delay_p95": float(np.percentile(delays, 95)) if delays else float("nan"),
+        "missed_share": (true_changes - len(delays)) / true_changes if true_changes else float("nan"),
+        "false_per_1000_steps": 1000.0 * false / steps if steps else float("nan"),
+    }
+
+
+__all__ = ["change_timing", "fleet_change_timing", "phase_quality"]
