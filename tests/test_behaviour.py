@@ -266,6 +266,26 @@ def test_write_and_draw_graph(tmp_path, ab_sequences):
     assert plots.draw_graph(tree, tmp_path / "tree.png").stat().st_size > 1024
 
 
+def test_a_prototype_tree_draws_its_top_executions_with_labels_that_do_not_overlap():
+    """A bushy tree (40 executions, long phase names): the drawing keeps the 8 most common, and no two node
+    labels overlap on the rendered canvas; the names are listed once, beside it."""
+    rng = np.random.default_rng(3)
+    paths = [(tuple(int(v) for v in rng.integers(0, 6, 4)), int(c)) for c in rng.integers(1, 50, 40)]
+    tree = G.name_nodes(G.prototype_tree(paths), {p: f"phase {p} with a long descriptive name, memory heavy and rising"
+                                                  for p in range(6)})
+    top = plots.top_of_tree(tree, 8)
+    assert sum(1 for n in top if top.out_degree(n) == 0) == 8
+    fig = plots.graph_figure(tree, "Prototypical executions", max_leaves=8)
+    renderer = fig.canvas.get_renderer()
+    fig.canvas.draw()
+    boxes = [t.get_window_extent(renderer) for t in fig.findobj(lambda a: getattr(a, "get_gid", lambda: None)() == "node-label")]
+    assert len(boxes) == top.number_of_nodes()
+    overlapping = [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]
+    assert not overlapping
+    legend = [t.get_text() for t in fig.texts]
+    assert any("phase 5 with a long" in t for t in legend)
+
+
 # ------------------------------------------------------------------------------------------------ phase stats
 
 

@@ -584,17 +584,46 @@ def plot_training(epoch_errors: Sequence[float], k_scores: Sequence[Sequence[flo
     return _save(fig, png_path)
 
 
-def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None) -> Path:
-    """Draw a phase graph (or prototype tree) to a PNG with matplotlib's Agg canvas (no global backend change).
-
-    Node size grows with ``mean_dwell_steps`` (falling back to ``count``), edge width with ``probability``
-    (falling back to ``count`` relative to the largest). Node labels show the phase (its ``name`` attribute when
-    set) and mean dwell; edge labels
-    the probability. The layout is seeded, so the same graph draws the same picture.
-    """
+def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None, max_leaves: int = 8) -> Path:
+    """Draw a phase graph (or prototype tree) to a PNG with matplotlib's Agg canvas (no global backend change):
+    :func:`graph_figure`, saved."""
     png = Path(png_path)
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig = Figure(figsize=(7, 5.5), dpi=110)
+    graph_figure(graph, title, max_leaves).savefig(png)
+    return png
+
+
+def top_of_tree(tree: nx.DiGraph, max_leaves: int) -> nx.DiGraph:
+    """The prototype tree cut to the paths of its ``max_leaves`` most common executions (leaves by ``count``,
+    ties by name): what a reader can take in; the whole tree stays in the GraphML/JSON export."""
+    leaves = sorted((n for n in tree.nodes if tree.out_degree(n) == 0),
+                    key=lambda n: (-float(tree.nodes[n].get("count", 0)), str(n)))[:max_leaves]
+    keep = set()
+    for leaf in leaves:
+        keep.add(leaf)
+        keep.update(nx.ancestors(tree, leaf))
+    return tree.subgraph(keep).copy()
+
+
+def graph_figure(graph: nx.DiGraph, title: str | None = None, max_leaves: int = 8) -> Figure:
+    """The figure :func:`draw_graph` saves. Nodes carry short labels (the phase id, its mean dwell or count); the
+    phases' names are listed once beside the drawing, so long names never collide. A prototype tree is cut to
+    its ``max_leaves`` most common executions (:func:`top_of_tree`) and laid out left to right, one row per
+    execution. Node size grows with ``mean_dwell_steps`` (else ``count``), edge width with ``probability`` (else
+    ``count``); a transition graph labels only the edges of probability >= 0.15. The layout is seeded, so the
+    same graph draws the same picture."""
+    tree = graph.graph.get("kind") == "prototype_tree"
+    if tree:
+        graph = top_of_tree(graph, max_leaves)
+    leaves = sum(1 for n in graph.nodes if graph.out_degree(n) == 0) if tree else 0
+    names = {}
+    for n in graph.nodes:
+        d = graph.nodes[n]
+        phase = d.get("phase", n)
+        if d.get("name") and phase != ROOT_PHASE:
+            names[phase] = str(d["name"])
+    height = max(4.0, 0.75 * leaves + 1.5) if tree else 5.5
+    fig = Figure(figsize=(10.5 if names else 7.0, height), dpi=DPI)  # no constrained layout: the legend's room is set
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     ax.set_axis_off()
@@ -602,8 +631,7 @@ def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None
         ax.set_title(title or str(graph.graph.get("kind")))
     if graph.number_of_nodes() == 0:
         ax.text(0.5, 0.5, "(empty graph)", ha="center", va="center")
-        fig.savefig(png)
-        return png
+        return fig
 
     nodes = list(graph.nodes)
 
@@ -613,63 +641,72 @@ def draw_graph(graph: nx.DiGraph, png_path: str | Path, title: str | None = None
 
     weights = [_node_weight(n) for n in nodes]
     wmax = max(weights) or 1.0
-    sizes = [300 + 2200 * w / wmax for w in weights]
+    sizes = [300 + (900 if tree else 2200) * w / wmax for w in weights]
 
     edges = list(graph.edges)
     if edges and all("probability" in graph.edges[e] for e in edges):
         widths = [0.5 + 5.0 * float(graph.edges[e]["probability"]) for e in edges]
-        edge_labels = {e: f"{float(graph.edges[e]['probability']):.2f}" for e in edges}
+        edge_labels = {e: f"{float(graph.edges[e]['probability']):.2f}" for e in edges
+                       if float(graph.edges[e]["probability"]) >= 0.15}
     else:
         counts = [float(graph.edges[e].get("count", 1)) for e in edges]
         cmax = max(counts, default=1.0) or 1.0
         widths = [0.5 + 5.0 * c / cmax for c in counts]
-        edge_labels = {e: str(graph.edges[e].get("count", "")) for e in edges}
+        edge_labels = {} if tree else {e: str(graph.edges[e].get("count", "")) for e in edges}
 
     def _label(n: Any) -> str:
         d = graph.nodes[n]
         phase = d.get("phase", n)
-        head = "root" if phase == ROOT_PHASE else f"phase {phase}"
-        if d.get("name") and phase != ROOT_PHASE:  # the model's words for it (ai4dl.behaviour.naming)
-            head = f"{phase}: " + "\n".join(textwrap.wrap(str(d["name"]), 22))
+        head = "start" if phase == ROOT_PHASE else str(phase)
         if "mean_dwell_steps" in d:
-            return f"{head}\n{float(d['mean_dwell_steps']):.1f} steps"
+            return f"{head}\n{float(d['mean_dwell_steps']):.1f} st"
         if "count" in d:
             return f"{head}\nn={d['count']}"
         return head
 
-    if graph.graph.get("kind") == "prototype_tree":
+    if tree:
         pos = _tree_layout(graph)
     else:
         pos = nx.circular_layout(graph) if len(nodes) <= 2 else nx.spring_layout(graph, seed=7, k=1.5)
     nx.draw_networkx_nodes(graph, pos, nodelist=nodes, node_size=sizes, node_color="#9ecae1", edgecolors="#3182bd", ax=ax)
-    nx.draw_networkx_labels(graph, pos, labels={n: _label(n) for n in nodes}, font_size=8, ax=ax)
+    labels = nx.draw_networkx_labels(graph, pos, labels={n: _label(n) for n in nodes}, font_size=7, ax=ax)
+    for text in labels.values():
+        text.set_gid("node-label")
     if edges:
         nx.draw_networkx_edges(
-            graph, pos, edgelist=edges, width=widths, arrows=True, arrowsize=14,
-            connectionstyle="arc3,rad=0.12", node_size=sizes, ax=ax,
+            graph, pos, edgelist=edges, width=widths, arrows=True, arrowsize=12,
+            connectionstyle="arc3,rad=0.0" if tree else "arc3,rad=0.12", node_size=sizes, ax=ax,
         )
-        nx.draw_networkx_edge_labels(graph, pos, edge_labels=edge_labels, font_size=7, ax=ax,
-                                     connectionstyle="arc3,rad=0.12")
-    fig.tight_layout()
-    fig.savefig(png)
-    return png
+        if edge_labels:
+            nx.draw_networkx_edge_labels(graph, pos, edge_labels=edge_labels, font_size=7, ax=ax,
+                                         connectionstyle="arc3,rad=0.12")
+    if names:
+        legend = "\n".join(f"{p}: " + "\n    ".join(textwrap.wrap(names[p], 44)) for p in sorted(names))
+        fig.text(0.99, 0.5, legend, ha="right", va="center", multialignment="left", fontsize=7, family="monospace",
+                 bbox={"boxstyle": "round", "facecolor": "#f7f7f7", "edgecolor": "#cccccc"})
+        fig.subplots_adjust(right=0.58)
+    if tree:
+        ax.margins(x=0.08, y=0.12)
+        ax.text(0.0, -0.02, f"the {leaves} most common executions of their first phases (n: containers)",
+                transform=ax.transAxes, fontsize=7, color="#555555")
+    return fig
 
 
 def _tree_layout(tree: nx.DiGraph) -> dict[Any, tuple[float, float]]:
-    """Top-down layout: depth on y, leaves spread evenly on x, parents centred over their children."""
+    """Left-to-right layout: depth on x, leaves one row each from the top, parents centred on their children."""
     pos: dict[Any, tuple[float, float]] = {}
-    next_x = [0.0]
+    next_y = [0.0]
 
     def place(node: Any, depth: int) -> float:
-        children = sorted(tree.successors(node), key=str)
+        children = sorted(tree.successors(node), key=lambda c: (-float(tree.nodes[c].get("count", 0)), str(c)))
         if not children:
-            x = next_x[0]
-            next_x[0] += 1.0
+            y = next_y[0]
+            next_y[0] -= 1.0
         else:
-            xs = [place(c, depth + 1) for c in children]
-            x = sum(xs) / len(xs)
-        pos[node] = (x, -float(depth))
-        return x
+            ys = [place(c, depth + 1) for c in children]
+            y = sum(ys) / len(ys)
+        pos[node] = (float(depth), y)
+        return y
 
     roots = [n for n in tree.nodes if tree.in_degree(n) == 0] or list(tree.nodes)[:1]
     for r in roots:
