@@ -181,6 +181,11 @@ def test_phases_and_recommendations_as_the_stages_and_the_stream_write_them(spar
     recs = _assert_reads_like_spark(lake, "recommendations").to_pandas().set_index("pod_id")
     assert recs["step"].to_dict() == {"pod-a": 15, "pod-b": 7, "pod-c": 5}  # pod-b's older row did not win
     assert phases.metadata().configuration["ai4dl.model_id"] == "m1"
+    import pyarrow.parquet as pq  # timestamps as Parquet's standard type, not Spark's legacy INT96 (DuckDB, Polars)
+
+    data_file = next((tmp_path / "lake" / "silver" / "phases").rglob("part-*.parquet"))
+    ts = pq.ParquetFile(data_file).schema.column(pq.ParquetFile(data_file).schema_arrow.get_field_index("ts"))
+    assert ts.physical_type == "INT64" and "micro" in ts.logical_type.to_json().lower(), ts.logical_type.to_json()
 
     # filters prune with the log's statistics, kept for some columns only (dataSkippingStatsColumns): right rows
     for column, op, value in (("pod_id", "=", "pod-c"), ("phase", "=", 1), ("cpu_usage_cores", ">", 1.5),
