@@ -449,8 +449,8 @@ def policies(cfg: Config, lake: Any) -> _Output:
     The model (:class:`ai4dl.policies.model.PolicyModel`: phase statistics, transitions, every family's knob
     calibrated for the service level, the policy deployed per resource) is saved as a new version under
     ``<lake.models>/<policies.model_name>``. Then ``policy_frontier`` (the held-out replay over every knob value),
-    ``policy_replay`` (each policy at its calibrated knob) and ``policy_calibration`` (the comparison, printed:
-    what the stream will deploy marked).
+    ``policy_replay`` (each policy at its calibrated knob), ``policy_calibration`` (the comparison, printed: what
+    the stream will deploy marked) and ``policy_ladder`` (what the learned phases add, :mod:`ai4dl.policies.ladder`).
     """
     from ai4dl.policies.calibration import calibrate
     from ai4dl.policies.fleet import frontier_totals, replay_at_knobs, replay_fleet_grid

@@ -32,7 +32,7 @@ from ai4dl.traces.ingest import ingest
 TIMESTAMPS = {"ingested_at", "quarantined_at", "finished_at"}
 STAGE_TABLES = (
     "bronze", "quarantine", "silver", "phases", "sequences", "transitions", "phase_stats", "policy_replay", "policy_frontier",
-    "policy_calibration",
+    "policy_calibration", "policy_ladder",
 )
 
 
@@ -110,7 +110,7 @@ def test_run_log_records_every_stage_with_versions_and_config_hash(spark, twice)
         "window": {"silver"},
         "label": {"phases"},
         "behaviour": {"sequences", "transitions", "phase_stats"},
-        "policies": {"policy_replay", "policy_frontier", "policy_calibration"},
+        "policies": {"policy_replay", "policy_frontier", "policy_calibration", "policy_ladder"},
     }
     digest = cfg.digest
     policy_models = [r for r in by_job["policies"] if "policies/v" in r["table"]]  # the fitted model, by directory
