@@ -7,6 +7,7 @@ import csv
 from pathlib import Path
 
 import pytest
+from tests.configs import config_under
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "reference"
@@ -75,10 +76,7 @@ def spark(test_config):
 @pytest.fixture()
 def cfg(tmp_path, test_config):
     """A fresh configuration (tables, models and report under tmp_path) sharing the session's Spark settings."""
-    return test_config.replace(
-        lake={"root": str(tmp_path / "lake"), "models": str(tmp_path / "models")},
-        report={"dir": str(tmp_path / "report")},
-    )
+    return config_under(test_config, tmp_path)
 
 
 @pytest.fixture()

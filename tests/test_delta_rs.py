@@ -30,6 +30,7 @@ from ai4dl.traces.synthetic import generate_fleet, write_fleet
 pytest.importorskip("deltalake")
 from deltalake import DeltaTable  # noqa: E402
 from deltalake import table as delta_rs  # noqa: E402
+from tests.configs import config_under
 
 GOLD = tuple(name for name, s in TABLES.items() if s.path.startswith("gold/"))
 # What a batch run writes (every gold table but the stream's recommendations) and what the stream writes.
@@ -209,9 +210,8 @@ def test_phases_and_recommendations_as_the_stages_and_the_stream_write_them(spar
 def lakes(spark, test_config, tmp_path_factory):
     """A batch lake with every gold table the stages write, and a stream lake with live phases and recommendations."""
     base = tmp_path_factory.mktemp("delta-rs")
-    cfg = test_config.replace(
-        lake={"root": str(base / "lake"), "models": str(base / "models")},
-        report={"dir": str(base / "report")},
+    cfg = config_under(
+        test_config, base,
         train={"epochs": 2, "k": 3, "sample_size": 600, "patience": 1, "device": "cpu"},
         policies={"interval_steps": 5},
     )

@@ -15,6 +15,7 @@ from ai4dl.errors import ConfigError, InputError
 from ai4dl.lake.tables import Lake
 from ai4dl.method.features import BEHAVIOUR_FEATURES, derive, derive_segments, with_derived
 from ai4dl.method.labelling import smooth_container, squared_distances, switch_gap, viterbi
+from tests.configs import config_under
 
 # ----------------------------------------------------------------------------------------------- pure
 
@@ -104,8 +105,8 @@ def decoded(spark, test_config, tmp_path_factory, dlaas_sample):
     """The DLaaS sample through window -> train -> label with the behaviour features, k-means restarts and
     Viterbi decoding (and the same model's undecoded labels)."""
     root = tmp_path_factory.mktemp("decoded")
-    cfg = test_config.replace(
-        lake={"root": str(root / "lake"), "models": str(root / "models")}, report={"dir": str(root / "report")},
+    cfg = config_under(
+        test_config, root,
         window={"features": BEHAVIOUR_FEATURES, "train_fraction": 1.0},
         train={"epochs": 5, "k": 3, "n_hidden": 8, "kmeans_restarts": 2, "batch_size": 32},
         label={"smoothing": "viterbi", "switch_penalty": 10.0},

@@ -18,15 +18,15 @@ from ai4dl.method.split import ContainerSplit
 from ai4dl.method.training import PhaseEstimator, refine
 from ai4dl.method.windowing import silver_scaler
 from ai4dl.traces.synthetic import generate_fleet, write_fleet
+from tests.configs import config_under
 
 
 @pytest.fixture(scope="module")
 def fleet(spark, test_config, tmp_path_factory):
     """16 generated containers ingested, windowed, trained on and labelled through the stages."""
     root = tmp_path_factory.mktemp("fleet")
-    cfg = test_config.replace(
-        lake={"root": str(root / "lake"), "models": str(root / "models")},
-        report={"dir": str(root / "report")},
+    cfg = config_under(
+        test_config, root,
         train={"epochs": 6, "sample_size": 3000, "max_per_container": 200, "k": 4, "batch_size": 64},
     )
     write_fleet(generate_fleet(spark, 16, 150, seed=3, partitions=2), str(root / "raw"), "parquet")

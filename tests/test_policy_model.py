@@ -17,6 +17,7 @@ from ai4dl.errors import ModelError
 from ai4dl.lake.tables import Lake
 from ai4dl.policies import model as M
 from ai4dl.policies.rules import KNOBS
+from tests.configs import config_under
 
 PHASE_MODEL = "phase-model-1"
 
@@ -47,8 +48,7 @@ def _phases(spark, containers: int = 14, steps: int = 150, seed: int = 0):
 @pytest.fixture(scope="module")
 def fitted(spark, test_config, tmp_path_factory):
     base = tmp_path_factory.mktemp("policy-model")
-    cfg = test_config.replace(lake={"root": str(base / "lake"), "models": str(base / "models")},
-                              report={"dir": str(base / "report")}, policies={"interval_steps": 5})
+    cfg = config_under(test_config, base, policies={"interval_steps": 5})
     lake = Lake.for_config(spark, cfg)
     lake.overwrite("phases", _phases(spark), properties={"ai4dl.model_id": PHASE_MODEL})
     result = stages.policies(cfg, spark)

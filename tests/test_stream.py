@@ -28,6 +28,7 @@ from ai4dl.policies.live import Deployment
 from ai4dl.policies.model import load as load_policies
 from ai4dl.policies.replay import INPUT_COLUMNS, Trace, allocations
 from ai4dl.stream.online import Live, advance
+from tests.configs import config_under
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = ["pod_id", "ts"]
@@ -57,8 +58,7 @@ def _chunks(sample: Path, out: Path, parts: int) -> list[str]:
 def batch(spark, tmp_path_factory, test_config, dlaas_sample, reference_model):
     """The batch answers: the DLaaS sample labelled by the reference model through the stages."""
     base = tmp_path_factory.mktemp("batch")
-    cfg = test_config.replace(lake={"root": str(base / "lake"), "models": str(base / "models")},
-                              report={"dir": str(base / "report")})
+    cfg = config_under(test_config, base)
     model_dir = stages.import_reference_model(cfg, spark, path=str(reference_model)).details["path"]
     stages.ingest(cfg, spark, input=str(dlaas_sample))
     stages.window(cfg, spark, scaler_from_model=model_dir)
