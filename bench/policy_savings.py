@@ -111,14 +111,14 @@ def _next_phase_ceiling(cfg, phases, learned_f1) -> dict:
             "gap": None if true.get("f1") is None or not learned_f1 else true["f1"] - learned_f1["f1"]}
 
 
-def _ladder(cfg, lake, model, report, work: Path):
-    """The value-of-information ladder (ai4dl.policies.ladder), printed and drawn."""
+def _ladder(cfg, lake, model, report, work: Path, learned):
+    """The value-of-information ladder (ai4dl.policies.ladder), printed and drawn; ``learned``: the policies
+    stage's (training, held-out) totals, rungs a and b."""
     from ai4dl.policies.ladder import default_levels, ladder, phase_worth, rung_phases, verdict
     from ai4dl.reporting.plots import plot_ladder
 
     phases = lake.read("phases")
     truth = "behaviour" in phases.columns and phases.where("behaviour IS NOT NULL").limit(1).count() > 0
-    learned = _rung_totals(cfg, phases, "a/b")
     totals = {"a": learned, "b": learned}
     for rung in (("c", "d") if truth else ("d'",)):
         totals[rung] = _rung_totals(cfg, rung_phases(phases, rung, cfg.policies.interval_steps), rung)
@@ -206,7 +206,8 @@ def main(argv=None) -> int:
     report["phase_headroom_without_phases"] = ablation
     print("  phase.headroom with all phases merged (no phases): saves " +
           ", ".join(f"{r} {v['savings_vs_static']:.1%} ({v['fulfilment']:.1%} met)" for r, v in ablation.items()))
-    report["ladder"], report["phase_worth"], report["next_phase_ceiling"] = _ladder(cfg, lake, model, report, work)
+    learned = (result.details["train_totals"], result.details["frontier"])  # rungs a and b: the stage's own fit
+    report["ladder"], report["phase_worth"], report["next_phase_ceiling"] = _ladder(cfg, lake, model, report, work, learned)
     from ai4dl.reporting.plots import plot_frontier
 
     targets = {r: (None if math.isnan(level.fulfilment(r)) else level.fulfilment(r)) for r in ("cpu", "mem")}

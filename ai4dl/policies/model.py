@@ -337,6 +337,9 @@ class PolicyEstimator:
         for resource in RESOURCES:
             part = rows[rows["resource"] == resource]
             if len(part) < 20:
+                if log is not None:
+                    log(f"policies: no forecaster for {resource}: {len(part)} training intervals to learn from (20 "
+                        "needed); forecast and phase.forecast allocate its limit")
                 continue
             x, y = np.vstack(part["x"].to_numpy()), part["y"].to_numpy(dtype=float)
             out.setdefault("forecast", {})[resource] = Forecaster.fit(x[:, :n_history], y, p.forecast_quantile)
