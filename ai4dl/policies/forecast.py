@@ -30,14 +30,13 @@ summaries and the current phase run (O(1) state) and builds one row with :func:`
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ai4dl.errors import ModelError
-from ai4dl.policies.rules import blocks, limit_before, phase_before, phase_codes
+from ai4dl.policies.rules import blocks, interval_summaries, limit_before, phase_before, phase_codes
 
 FORECASTS: tuple[str, ...] = ("forecast", "phase.forecast")
 HISTORY = 3  # intervals of history a forecast reads
@@ -57,15 +56,15 @@ def feature_names(phases: Sequence[int] = ()) -> list[str]:
 
 
 def interval_stats(usage: np.ndarray, length: int) -> np.ndarray:
-    """Per interval its max, mean, population std and last known usage (NaN for an interval without any):
-    shape (intervals, 4), the :data:`SUMMARY` the stream keeps of each full interval."""
-    b = blocks(np.asarray(usage, dtype=float), length)
+    """Per interval its max, mean, population std (:func:`~ai4dl.policies.rules.interval_summaries`, what the
+    reactive rules read) and last known usage (NaN for an interval without any): shape (intervals, 4), the
+    :data:`SUMMARY` the stream keeps of each full interval."""
+    usage = np.asarray(usage, dtype=float)
+    b = blocks(usage, length)
     known = ~np.isnan(b)
     last_at = np.where(known.any(axis=1), length - 1 - np.argmax(known[:, ::-1], axis=1), 0)
     last = np.where(known.any(axis=1), b[np.arange(len(b)), last_at], np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN intervals
-        return np.column_stack([np.nanmax(b, axis=1), np.nanmean(b, axis=1), np.nanstd(b, axis=1), last])
+    return np.column_stack([*interval_summaries(usage, length), last])
 
 
 def phase_runs(phases: np.ndarray, length: int) -> np.ndarray:

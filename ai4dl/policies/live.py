@@ -37,7 +37,6 @@ from ai4dl.policies.rules import (
     RESOURCES,
     headroom_decisions,
     in_force,
-    interval_summaries,
     normalise_stats,
     oom_bump,
     oom_step,
@@ -145,10 +144,10 @@ class LivePolicies:
         self.steps += 1
         if self.steps % length == 0:
             for resource, state in self.resources.items():
-                block = np.asarray(state.block, dtype=float)
-                state.prev = tuple(float(a[0]) for a in interval_summaries(block, length))
+                summary = [float(v) for v in interval_stats(np.asarray(state.block, dtype=float), length)[0]]
+                state.prev = tuple(summary[:3])  # max, mean, std: what the reactive rules read
                 if state.policy in FORECASTS:
-                    state.history = [[float(v) for v in interval_stats(block, length)[0]], *state.history][:HISTORY]
+                    state.history = [summary, *state.history][:HISTORY]
                 state.block = []
                 state.decision = self._decide(resource, state)
 

@@ -431,23 +431,17 @@ class VpaRecommender:
         if self.total_samples == 0:
             return None
         p = self.params
-        min_cpu, min_mem = self._min_amount("cpu"), self._min_amount("mem")
-        cpu_l = max(
-            self._bounded(self._with_margin("cpu", p.lower_bound_cpu_percentile), p.lower_bound_confidence_multiplier, p.lower_bound_confidence_exponent, self._conf_cpu_ns),
-            min_cpu,
-        )
-        mem_l = max(
-            self._bounded(self._with_margin("mem", p.lower_bound_memory_percentile), p.lower_bound_confidence_multiplier, p.lower_bound_confidence_exponent, self._conf_mem_ns),
-            min_mem,
-        )
-        cpu_u = max(
-            self._bounded(self._with_margin("cpu", p.upper_bound_cpu_percentile), p.upper_bound_confidence_multiplier, p.upper_bound_confidence_exponent, self._conf_cpu_ns),
-            min_cpu,
-        )
-        mem_u = max(
-            self._bounded(self._with_margin("mem", p.upper_bound_memory_percentile), p.upper_bound_confidence_multiplier, p.upper_bound_confidence_exponent, self._conf_mem_ns),
-            min_mem,
-        )
+        floor = {"cpu": self._min_amount("cpu"), "mem": self._min_amount("mem")}
+        confidence = {"cpu": self._conf_cpu_ns, "mem": self._conf_mem_ns}
+
+        def bound(resource: str, percentile: float, multiplier: float, exponent: float) -> float:
+            return max(self._bounded(self._with_margin(resource, percentile), multiplier, exponent, confidence[resource]),
+                       floor[resource])
+
+        cpu_l = bound("cpu", p.lower_bound_cpu_percentile, p.lower_bound_confidence_multiplier, p.lower_bound_confidence_exponent)
+        mem_l = bound("mem", p.lower_bound_memory_percentile, p.lower_bound_confidence_multiplier, p.lower_bound_confidence_exponent)
+        cpu_u = bound("cpu", p.upper_bound_cpu_percentile, p.upper_bound_confidence_multiplier, p.upper_bound_confidence_exponent)
+        mem_u = bound("mem", p.upper_bound_memory_percentile, p.upper_bound_confidence_multiplier, p.upper_bound_confidence_exponent)
         return Recommendation(
             cpu_target=self._target_amount("cpu") / 1000.0,
             mem_target=float(self._target_amount("mem")),
