@@ -41,6 +41,7 @@ from ai4dl.policies.rules import blocks, interval_summaries, limit_before, phase
 FORECASTS: tuple[str, ...] = ("forecast", "phase.forecast")
 HISTORY = 3  # intervals of history a forecast reads
 SUMMARY = ("max", "mean", "std", "last")  # per interval, what is kept of it
+MIN_TRAINING_INTERVALS = 20  # fewer intervals with a known jump: no forecaster (its family allocates the limit)
 _TREE_FIELDS = ("feature", "threshold", "missing_left", "left", "right", "leaf", "value")
 
 
@@ -260,8 +261,9 @@ class Forecaster:
         """Fit on rows ``x`` (from :func:`design`) and jumps ``y`` (rows with an unknown jump are left out)."""
         keep = np.isfinite(y)
         x, y = np.asarray(x, dtype=float)[keep], np.asarray(y, dtype=float)[keep]
-        if len(y) < 20:
-            raise ModelError(f"forecaster: {len(y)} training intervals with a known jump; too few to learn from")
+        if len(y) < MIN_TRAINING_INTERVALS:
+            raise ModelError(f"forecaster: {len(y)} training intervals with a known jump; too few to learn from "
+                             f"(at least {MIN_TRAINING_INTERVALS})")
         return cls(float(quantile), Trees.fit(x, y, 0.5, seed=seed), Trees.fit(x, y, quantile, seed=seed),
                    tuple(int(p) for p in phases), int(len(y)))
 
@@ -304,5 +306,5 @@ def forecast_decisions(forecaster: Forecaster | None, usage: np.ndarray, lim: np
     return np.full(-(-len(usage) // length), math.nan) if fc is None else fc.decisions(spread)
 
 
-__all__ = ["FORECASTS", "HISTORY", "SUMMARY", "Forecast", "Forecaster", "TraceInputs", "Trees", "design", "feature_names",
+__all__ = ["FORECASTS", "HISTORY", "MIN_TRAINING_INTERVALS", "SUMMARY", "Forecast", "Forecaster", "TraceInputs", "Trees", "design", "feature_names",
            "forecast_decisions", "forecast_of", "history_of", "interval_stats", "phase_runs", "trace_inputs"]

@@ -39,7 +39,7 @@ from ai4dl import __version__, versioned
 from ai4dl.config import LIVE_POLICIES, POLICIES, PoliciesConfig, from_dict
 from ai4dl.errors import ConfigError, ModelError
 from ai4dl.policies.calibration import ServiceLevel, best_live, choose_knob
-from ai4dl.policies.forecast import FORECASTS, HISTORY, SUMMARY, Forecaster
+from ai4dl.policies.forecast import FORECASTS, HISTORY, MIN_TRAINING_INTERVALS, SUMMARY, Forecaster
 from ai4dl.policies.nextphase import next_phase_table, normalise_transitions
 from ai4dl.policies.rules import HEADROOM_LEVELS, KNOBS, RESOURCES, finite_value, knob_of, vpa_params
 
@@ -336,10 +336,10 @@ class PolicyEstimator:
         out: dict[str, dict[str, Forecaster]] = {}
         for resource in RESOURCES:
             part = rows[rows["resource"] == resource]
-            if len(part) < 20:
+            if len(part) < MIN_TRAINING_INTERVALS:
                 if log is not None:
-                    log(f"policies: no forecaster for {resource}: {len(part)} training intervals to learn from (20 "
-                        "needed); forecast and phase.forecast allocate its limit")
+                    log(f"policies: no forecaster for {resource}: {len(part)} training intervals to learn from "
+                        f"({MIN_TRAINING_INTERVALS} needed); forecast and phase.forecast allocate its limit")
                 continue
             x, y = np.vstack(part["x"].to_numpy()), part["y"].to_numpy(dtype=float)
             out.setdefault("forecast", {})[resource] = Forecaster.fit(x[:, :n_history], y, p.forecast_quantile)
