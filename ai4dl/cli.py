@@ -107,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     many.add_argument("--format", choices=["csv", "parquet", "delta"], help="format of the ingest input")
     many.add_argument("--model", help="label with this model directory (default: label.model or the latest)")
 
+    sq = sub.add_parser("sql", parents=[common], help="a read-only JDBC/ODBC endpoint for BI tools over the lake's catalog",
+                        description="Starts Spark's Thrift JDBC/ODBC server over the lake's named tables and BI views "
+                        "(lake.schema, default ai4dl; every table the lake has is named first), read-only for its "
+                        "clients, until Ctrl-C. Connect with jdbc:hive2://HOST:PORT/SCHEMA.")
+    sq.add_argument("--port", type=int, default=10000, help="port (default 10000)")
+    sq.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only; "
+                    "another address exposes the lake: set up authentication first, see the README)")
+
     lg = sub.add_parser("log", parents=[common], help="the last runs from the run log; flags unfinished runs and their commits")
     lg.add_argument("--last", type=int, default=20, help="how many runs (default 20)")
 
@@ -236,8 +244,16 @@ def _recommendations(cfg: Any, args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
-# Commands that read the lake but write nothing (no run-log row of their own).
-READERS: dict[str, Callable[[Any, argparse.Namespace], None]] = {"log": _log, "recommendations": _recommendations}
+def _sql(cfg: Any, args: argparse.Namespace) -> None:
+    """Serves the lake read-only (it writes only the catalog's names of the lake's own tables)."""
+    from ai4dl.lake.endpoint import serve
+
+    serve(cfg, args.port, args.host)
+
+
+# Commands that read the lake but write nothing to it (no run-log row of their own).
+READERS: dict[str, Callable[[Any, argparse.Namespace], None]] = {"log": _log, "recommendations": _recommendations,
+                                                                  "sql": _sql}
 
 # Commands that touch neither Spark nor the lake: no config, no run log. They take unparsed extra arguments.
 TOOLS: dict[str, Callable[[argparse.Namespace, list[str]], None]] = {"vpa-recommend": _vpa_recommend}

@@ -22,6 +22,7 @@ import datetime
 import functools
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -84,6 +85,9 @@ class SparkConfig(_Section):
     conf: Mapping[str, Any] = _key(factory=dict)
 
 
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def _check_folder(key: str, value: str) -> None:
     """A folder ai4dl writes into must be named: not empty, not the current directory, not a filesystem root
     (tables and models would be scattered among whatever else is there)."""
@@ -98,11 +102,30 @@ class LakeConfig(_Section):
     section: ClassVar[str] = "lake"
     root: str = "data/lake"
     models: str = "data/models"
+    # Named tables: with ``schema`` set, every table is also registered in the session's catalog as an external
+    # Delta table at its path (``<catalog>.<schema>.gold_phase_stats``), and the BI views are persisted there.
+    # ``catalog``: Unity Catalog's on Databricks; unset, the session's current one (locally Spark's own, kept in
+    # an embedded metastore under ``<root>/_metastore``). Unset ``schema``: tables are paths only, as before.
+    catalog: str | None = None
+    schema: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_folder("lake.root", self.root)
         _check_folder("lake.models", self.models)
+        for key in ("catalog", "schema"):
+            value = getattr(self, key)
+            if value is not None and not _IDENTIFIER.match(str(value)):
+                raise ConfigError(f"lake.{key}: {value!r} is not allowed: a SQL identifier (letters, digits, _)")
+        if self.catalog is not None and self.schema is None:
+            raise ConfigError("lake.catalog is set without lake.schema: name the schema the tables go into")
+
+    @property
+    def namespace(self) -> str | None:
+        """```catalog`.`schema``` (or ```schema```) the tables are registered in; None: paths only."""
+        if self.schema is None:
+            return None
+        return ".".join(f"`{part}`" for part in (self.catalog, self.schema) if part is not None)
 
 
 @dataclass(frozen=True)

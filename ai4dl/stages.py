@@ -386,7 +386,8 @@ def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
     written["transitions"] = lake.overwrite("transitions", B.transition_counts(sequences))
     names = labelling_phase_names(cfg, lake)
     written["phase_stats"] = lake.overwrite("phase_stats", phase_statistics(phases, sequences, names=names))
-    views = create_bi_views(lake.spark, lake.path("phase_stats"), lake.path("sequences"), lake.path("transitions"))
+    views = create_bi_views(lake.spark, lake.table("phase_stats"), lake.table("sequences"), lake.table("transitions"),
+                            lake.namespace)
 
     transitions = lake.read("transitions").toPandas()
     dwell = B.dwell_stats(sequences).toPandas()

@@ -15,6 +15,7 @@ from ai4dl.behaviour import runs as R
 from ai4dl.behaviour import sequences as B
 from ai4dl.reporting import plots
 from ai4dl.behaviour.phase_stats import ALL_SERVICES, PHASE_STATS, create_bi_views, phase_statistics
+from ai4dl.lake.tables import delta_table
 from ai4dl.lake.schema import PHASE_SEQUENCES, PHASES
 
 T0 = datetime(2024, 1, 1, 0, 0, 0)
@@ -336,7 +337,7 @@ def test_phase_statistics_and_views(spark, tmp_path):
     paths = {n: str(tmp_path / n) for n in ("stats", "seq", "tr")}
     for frame, key in ((stats, "stats"), (seq, "seq"), (B.transition_counts(seq), "tr")):
         frame.coalesce(1).write.format("delta").mode("overwrite").save(paths[key])
-    views = create_bi_views(spark, paths["stats"], paths["seq"], paths["tr"])
+    views = create_bi_views(spark, *(delta_table(paths[k]) for k in ("stats", "seq", "tr")))
     assert "ai4dl_phase_stats" in views and "ai4dl_phase_share" in views and "ai4dl_phase_transitions" in views
     assert spark.sql("SELECT count(*) FROM ai4dl_phase_stats").first()[0] == 5
     share = {(r.service, r.phase): r.share for r in spark.sql("SELECT * FROM ai4dl_phase_share").collect()}

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from ai4dl.behaviour.sequences import conform
 from ai4dl.lake.schema import PHASE_STATS, SERVICE
+from ai4dl.lake.tables import delta_table
 
 ALL_SERVICES = "__all__"  # service value of the fleet-wide rows
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -88,10 +89,6 @@ def phase_statistics(phases_df: DataFrame, sequences_df: DataFrame, accuracy: in
     return conform(stats, PHASE_STATS)
 
 
-def _delta(path: str) -> str:
-    return "delta.`" + str(path).replace("`", "``") + "`"
-
-
 VIEWS = ("ai4dl_phase_stats", "ai4dl_phase_summary", "ai4dl_phase_share", "ai4dl_phase_sequences",
          "ai4dl_phase_transitions")
 
@@ -122,11 +119,13 @@ def readable_sql(source: str) -> str:
 
 def readable_phase_stats(spark: SparkSession, stats_path: str) -> DataFrame:
     """The gold phase statistics in cores, GiB, percent and minutes (what the report shows)."""
-    return spark.sql(readable_sql(_delta(stats_path)))
+    return spark.sql(readable_sql(delta_table(stats_path)))
 
 
-def create_bi_views(spark: SparkSession, stats_path: str, sequences_path: str, transitions_path: str) -> list[str]:
-    """``CREATE OR REPLACE TEMP VIEW`` over the gold Delta tables; returns the view names (:data:`VIEWS`).
+def create_bi_views(spark: SparkSession, stats: str, sequences: str, transitions: str,
+                    namespace: str | None = None) -> list[str]:
+    """The BI views over the gold tables ``stats``, ``sequences`` and ``transitions`` (SQL table references:
+    ``delta.`<path>``` or a catalog name); returns the view names (:data:`VIEWS`, qualified when persisted).
 
     * ``ai4dl_phase_stats`` - the :data:`PHASE_STATS` table as is (cores and bytes);
     * ``ai4dl_phase_summary`` - the same in the units people read (:data:`READABLE`: cores, GiB, percent of
@@ -136,22 +135,22 @@ def create_bi_views(spark: SparkSession, stats_path: str, sequences_path: str, t
     * ``ai4dl_phase_sequences`` - the run-length sequences (:data:`~ai4dl.schema.PHASE_SEQUENCES`);
     * ``ai4dl_phase_transitions`` - ``src, dst, count, probability``.
 
-    Temp views live as long as the SparkSession. To make them permanent for a BI tool connected to a metastore
-    (Hive metastore, Unity Catalog, Thrift server), register the tables once, e.g.
-    ``CREATE TABLE IF NOT EXISTS ai4dl.behaviour.phase_stats USING DELTA LOCATION '<stats_path>'`` for each table, then
-    ``CREATE OR REPLACE VIEW ai4dl.phase_share AS <the share query over ai4dl.behaviour.phase_stats>`` - a permanent view
-    may not reference a temp view, and tables by location keep following the Delta path's latest version.
+    Without ``namespace`` they are temporary views of this session. With it (``lake.schema``) they are persisted
+    in that catalog schema, over the tables' catalog names, so a BI tool connected to the catalog (``ai4dl sql``,
+    Databricks SQL) sees them; the tables are external Delta tables at the lake's paths, so the views always
+    show the newest committed version.
     """
-    spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_stats AS SELECT * FROM {_delta(stats_path)}")
-    spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_summary AS {readable_sql(_delta(stats_path))}")
-    spark.sql(
-        f"""
-        CREATE OR REPLACE TEMP VIEW ai4dl_phase_share AS
-        SELECT {SERVICE}, phase, samples,
+    create = f"CREATE OR REPLACE VIEW {namespace}." if namespace else "CREATE OR REPLACE TEMP VIEW "
+    queries = {
+        "ai4dl_phase_stats": f"SELECT * FROM {stats}",
+        "ai4dl_phase_summary": readable_sql(stats),
+        "ai4dl_phase_share": f"""SELECT {SERVICE}, phase, samples,
                CAST(samples AS DOUBLE) / SUM(samples) OVER (PARTITION BY {SERVICE}) AS share
-        FROM {_delta(stats_path)}
-        """
-    )
-    spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_sequences AS SELECT * FROM {_delta(sequences_path)}")
-    spark.sql(f"CREATE OR REPLACE TEMP VIEW ai4dl_phase_transitions AS SELECT * FROM {_delta(transitions_path)}")
-    return list(VIEWS)
+        FROM {stats}""",
+        "ai4dl_phase_sequences": f"SELECT * FROM {sequences}",
+        "ai4dl_phase_transitions": f"SELECT * FROM {transitions}",
+    }
+    assert tuple(queries) == VIEWS
+    for name, query in queries.items():
+        spark.sql(f"{create}{name} AS {query}")
+    return [f"{namespace}.{name}" if namespace else name for name in VIEWS]

@@ -64,6 +64,11 @@ def build_spark_conf(cfg: "Config") -> dict[str, str]:
     }
     # Warnings and errors only, from the first line on (setLogLevel comes after the start-up chatter).
     conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}"
+    if cfg.lake.schema is not None:
+        conf.update(metastore_conf(cfg.lake.root, s.conf or {}))
+        derby_log = conf.pop(_DERBY_LOG, None)
+        if derby_log:
+            conf["spark.driver.extraJavaOptions"] += f" -Dderby.stream.error.file={derby_log}"
     if s.ivy_cache:
         conf["spark.jars.ivy"] = str(Path(s.ivy_cache).absolute())
     for key, value in (s.conf or {}).items():
@@ -71,6 +76,56 @@ def build_spark_conf(cfg: "Config") -> dict[str, str]:
             value = f"{conf[key]} {value}"
         conf[key] = str(value)
     return conf
+
+
+METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
+_DERBY_LOG = "ai4dl.derby.log"
+
+
+def metastore_folder(root: str) -> Path:
+    """Where a local lake keeps its embedded metastore (the catalog of its named tables and views)."""
+    return Path(join_path(root, "_metastore"))
+
+
+def metastore_conf(root: str, user_conf: dict[str, Any]) -> dict[str, str]:
+    """A persistent catalog for named tables: Spark's Hive catalog, and for a local lake (whose user named no
+    metastore of their own) an embedded Derby metastore under ``<root>/_metastore``, so the names outlive the
+    session and belong to the lake, not to the working directory. Embedded Derby admits one process at a time:
+    a lake served by ``ai4dl sql`` while jobs run needs a metastore server (hive-site.xml or ``spark.conf``)."""
+    from ai4dl.lake.tables import is_uri
+
+    conf = {"spark.sql.catalogImplementation": "hive"}
+    if is_uri(root) or METASTORE_URL in user_conf:
+        return conf
+    folder = metastore_folder(root)
+    conf[METASTORE_URL] = f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
+    conf[_DERBY_LOG] = str(folder / "derby.log")  # a JVM option, not a Spark property (see build_spark_conf)
+    return conf
+
+
+def require_metastore_free(root: str) -> None:
+    """Refuse at once, in one line, to start on a local metastore another process has open.
+
+    Embedded Derby admits one JVM per database; a second one otherwise fails deep in the Hive client after
+    pages of stack traces. Derby holds an OS lock on ``dbex.lck`` while the database is booted (Java's file
+    locks are POSIX record locks on Linux): trying that lock, and releasing it, tells whether someone has it."""
+    import fcntl
+
+    lock = metastore_folder(root) / "metastore_db" / "dbex.lck"
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return  # no database yet, or not ours to check
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise SparkSetupError(
+            f"the lake's metastore {lock.parent} is open in another process (an `ai4dl sql` server?): embedded Derby "
+            "admits one at a time; stop it, or give the lake a metastore server "
+            f"(spark.conf {METASTORE_URL}=jdbc:postgresql://...)"
+        ) from None
+    finally:
+        os.close(fd)  # closing releases the lock, if we got it
 
 
 def launched_by_spark_submit() -> bool:
@@ -115,6 +170,9 @@ def get_spark(cfg: "Config") -> SparkSession:
         builder = builder.config(key, value)
     if not resolved:  # no cache to resolve into (or spark-submit's own --packages): Spark's Ivy, as before
         builder = configure_spark_with_delta_pip(builder)
+    if METASTORE_URL in conf and METASTORE_URL not in (cfg.spark.conf or {}):
+        metastore_folder(cfg.lake.root).mkdir(parents=True, exist_ok=True)  # Derby's log goes there from the start
+        require_metastore_free(cfg.lake.root)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if archive is not None and not archive.ready:

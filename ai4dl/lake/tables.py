@@ -45,6 +45,11 @@ class TableSpec:
     stats: tuple[str, ...] = ()
 
     @property
+    def table_name(self) -> str:
+        """Its name in a catalog: the path's layer and name, ``gold/phase_stats`` -> ``gold_phase_stats``."""
+        return self.path.replace("/", "_").lstrip("_")
+
+    @property
     def table_properties(self) -> dict[str, str]:
         """The Delta properties a table is created with (and an overwrite keeps)."""
         return {"delta.dataSkippingStatsColumns": ",".join(self.stats)} if self.stats else {}
@@ -131,17 +136,57 @@ class Lake:
     's3a://bucket/lake/silver/windows'
     """
 
-    def __init__(self, spark: SparkSession | None, root: str) -> None:
+    def __init__(self, spark: SparkSession | None, root: str, namespace: str | None = None) -> None:
         self.spark = spark
         self.root = str(root)
+        self.namespace = namespace  # ```catalog`.`schema```: tables also named there (see register)
         self._run_log_checked: str | None = None  # the run log's path once checked (see _ensure_run_log)
 
     @classmethod
     def for_config(cls, spark: SparkSession, cfg: Any) -> "Lake":
-        return cls(spark, cfg.lake.root)
+        """The lake of a job config; one whose names the session's catalog would forget is refused before any
+        write (see :meth:`register`)."""
+        namespace = cfg.lake.namespace
+        if namespace and spark is not None:
+            _require_persistent_catalog(spark, namespace)
+        return cls(spark, cfg.lake.root, namespace)
+
+    def with_session(self, spark: SparkSession) -> "Lake":
+        """The same lake through another session (a streaming batch's clone of the caller's)."""
+        return Lake(spark, self.root, self.namespace)
 
     def path(self, name: str) -> str:
         return join_path(self.root, spec(name).path)
+
+    def table(self, name: str) -> str:
+        """The table's name in SQL: ```catalog`.`schema`.`gold_phase_stats``` when the lake has a namespace,
+        else ``delta.`<path>```: either is usable in ``spark.sql`` and in a view."""
+        if self.namespace:
+            return f"{self.namespace}.`{spec(name).table_name}`"
+        return delta_table(self.path(name))
+
+    def register(self, name: str) -> None:
+        """Name an existing table in the lake's namespace: an external Delta table at its path (``CREATE TABLE
+        IF NOT EXISTS ... USING DELTA LOCATION``), so SQL users and BI tools find it by name while every job keeps
+        using the path. A name already taken by a table at another location is refused, never repointed. Done
+        once per table per session; a lake without a namespace does nothing."""
+        if not self.namespace or self.spark is None:
+            return
+        app = self.spark.sparkContext.applicationId  # the catalog is shared by every session of one application
+        key = (app, self.namespace, name, self.path(name))
+        if key in _REGISTERED:
+            return
+        _require_persistent_catalog(self.spark, self.namespace)
+        if (app, self.namespace) not in _REGISTERED:
+            self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.namespace}")
+            _REGISTERED.add((app, self.namespace))
+        qualified, path = self.table(name), self.path(name)
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {qualified} USING DELTA LOCATION {_sql_string(path)}")
+        location = self.spark.sql(f"DESCRIBE DETAIL {qualified}").select("location").first()[0]
+        if _same_location(location, path) is False:
+            raise ConfigError(f"catalog table {qualified} is at {location}, not at the lake's {path}: drop it or "
+                              "choose another lake.schema (ai4dl never repoints a name)")
+        _REGISTERED.add(key)
 
     def exists(self, name: str) -> bool:
         return exists(self.spark, self.path(name))
@@ -169,23 +214,30 @@ class Lake:
 
     def overwrite(self, name: str, df: DataFrame, properties: dict[str, str] | None = None) -> "Written":
         s = spec(name)
-        return overwrite(df, self.path(name), s.schema, s.partition_by, {**s.table_properties, **(properties or {})})
+        written = overwrite(df, self.path(name), s.schema, s.partition_by, {**s.table_properties, **(properties or {})})
+        self.register(name)
+        return written
 
     def merge_new(self, name: str, df: DataFrame, *, target_filter: str | None = None, create: bool = True,
                   record_version: bool = True) -> "MergeOutcome":
         s = spec(name)
-        return merge_new(df, self.path(name), s.schema, list(s.key), s.partition_by, target_filter=target_filter,
-                         create=create, record_version=record_version, properties=s.table_properties)
+        outcome = merge_new(df, self.path(name), s.schema, list(s.key), s.partition_by, target_filter=target_filter,
+                            create=create, record_version=record_version, properties=s.table_properties)
+        self.register(name)
+        return outcome
 
     def upsert_newer(self, name: str, df: DataFrame, order: str, *, create: bool = True) -> "MergeOutcome":
         s = spec(name)
-        return upsert_newer(df, self.path(name), s.schema, list(s.key), order, s.partition_by, create=create,
-                            properties=s.table_properties)
+        outcome = upsert_newer(df, self.path(name), s.schema, list(s.key), order, s.partition_by, create=create,
+                               properties=s.table_properties)
+        self.register(name)
+        return outcome
 
     def ensure(self, name: str) -> None:
         """Create the table (declared schema, partitioning, properties) unless it exists."""
         s = spec(name)
         ensure_table(self.spark, self.path(name), s.schema, s.partition_by, s.table_properties)
+        self.register(name)
 
     def properties(self, name: str) -> dict[str, str]:
         return properties(self.spark, self.path(name))
@@ -200,6 +252,40 @@ class Lake:
                 versions: dict[str, int | None] | None = None, run_id: str | None = None,
                 started_at: datetime | None = None) -> str:
         return log_run(self, job, written, config_digest, versions, run_id, started_at)
+
+
+# (application, namespace[, table, path]) already created or checked in this process: registering is idempotent, but
+# each check is a catalog call and a Delta snapshot, paid once per table, not once per write.
+_REGISTERED: set[tuple] = set()
+
+
+def delta_table(path: str) -> str:
+    """The SQL reference of a Delta table by its path: ``delta.`<path>```."""
+    return "delta.`" + str(path).replace("`", "``") + "`"
+
+
+def _same_location(location: str | None, path: str) -> bool | None:
+    """Whether a catalog's location is the lake's path (``file:/x`` is ``/x``); None when it cannot tell."""
+    if not location:
+        return None
+
+    def norm(p: str) -> str:
+        p = str(p).rstrip("/")
+        return p[len("file:"):].replace("///", "/") if p.startswith("file:") else p
+
+    return norm(location) == norm(path)
+
+
+def _require_persistent_catalog(spark: SparkSession, namespace: str) -> None:
+    """Named tables in a catalog that forgets them at the session's end would be a silent loss: refuse."""
+    parts = namespace.split("`.`")
+    catalog = parts[0].strip("`") if len(parts) > 1 else "spark_catalog"
+    implementation = spark.conf.get("spark.sql.catalogImplementation", "in-memory")
+    if implementation == "in-memory" and catalog == "spark_catalog":  # another catalog (Unity's) keeps its own
+        raise ConfigError(
+            f"lake.schema: this Spark session's catalog is in-memory, so the names in {namespace} would vanish with "
+            "it; let ai4dl start the session (it enables a persistent catalog), or start it with enableHiveSupport()"
+        )
 
 
 def exists(spark: SparkSession, path: str) -> bool:
@@ -580,6 +666,7 @@ def _ensure_run_log(lake: Lake) -> str:
     if getattr(lake, "_run_log_checked", None) == path:
         return path
     ensure_table(spark, path, S.RUN_LOG, properties=RUN_LOG_PROPERTIES)
+    lake.register("run_log")
     have = set(spark.read.format("delta").load(path).columns)
     missing = [f for f in S.RUN_LOG.fields if f.name not in have]
     if missing:

@@ -120,7 +120,7 @@ class FilesIntoBronze:
         if not paths:
             return
         t0 = time.time()
-        lake = Lake(batch.sparkSession, self.lake.root)
+        lake = self.lake.with_session(batch.sparkSession)
         try:
             results = [ingest(lake, self.settings, path=paths)]
         except InputError:
@@ -225,7 +225,7 @@ class BatchWriter:
             self.pending = current
             raise ModelChanged(f"model {current} replaces {self.model_path} from micro-batch {batch_id}")
         t0 = time.time()
-        lake = Lake(batch.sparkSession, self.lake.root)  # the query's session (a clone of the caller's)
+        lake = self.lake.with_session(batch.sparkSession)  # the query's session (a clone of the caller's)
         if not self.tables_ready:  # once per query, not once per micro-batch
             for name in ("phases", "recommendations", "quarantine"):
                 lake.ensure(name)
