@@ -6,12 +6,14 @@ STAMP   = $(VENV)/.ai4dl-installed
 CONF   ?= conf/local.yaml
 
 # Debian packages: the demo needs a Java runtime for Spark (skipped when a `java` is already on the PATH); the
-# tests add chromium (the report opened in a real browser) and prometheus (a real server for the Prometheus
-# ingest test, with promtool). One package per line, so branches adding packages merge cleanly; installed only
-# when missing and when we may (root with apt-get); otherwise the demo says what is missing and those tests skip.
+# tests add a JDK (`ai4dl sql` compiles its read-only guard with javac), chromium (the report opened in a real
+# browser) and prometheus (a real server for the Prometheus ingest test, with promtool). One package per line, so
+# branches adding packages merge cleanly; installed only when missing and when we may (root with apt-get);
+# otherwise the demo says what is missing and those tests skip.
 DEMO_PACKAGES = \
 	openjdk-17-jre-headless
 TEST_PACKAGES = \
+	openjdk-17-jdk-headless \
 	chromium \
 	prometheus
 
@@ -30,7 +32,7 @@ endef
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -W "ignore:Editable installation" -m pip install -q -e '.[dev]'
+	$(BIN)/python -W "ignore:Editable installation" -m pip install -q -e '.[spark,dev]'
 	touch $(STAMP)
 
 demo-deps:

@@ -283,6 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Ai4dlError as exc:  # expected, explained failures: one line, exit 2
         print(f"ai4dl {args.command}: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("pyspark", "delta", "py4j"):
+            raise
+        print(f"ai4dl {args.command}: Spark is not installed here ({exc.name}): pip install 'ai4dl[spark]' (the "
+              "pinned pyspark + delta-spark pair; on Databricks the runtime brings its own)", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -407,7 +407,8 @@ def behaviour(cfg: Config, lake: Any, out_dir: str | None = None) -> _Output:
     for p in top:
         print(f"  prototype {'-'.join(map(str, p.path))}: {p.count} containers ({p.share:.1%})")
     print(f"  top {len(top)} prototypes cover {G.coverage(top):.1%} of the fleet")
-    return _Output(rows, {name: w.version for name, w in written.items()}, details={"graph": graph, "tree": tree, "prototypes": top, "transitions": transitions, "dwell": dwell})
+    return _Output(rows, {name: w.version for name, w in written.items()}, details={"graph": graph, "tree": tree, "prototypes": top, "transitions": transitions, "dwell": dwell,
+                                "views": views})
 
 
 # --------------------------------------------------------------------------------------------------- policies

@@ -14,9 +14,11 @@
 # MAGIC %md
 # MAGIC ## Parameters
 # MAGIC
-# MAGIC Plain variables rather than `dbutils.widgets`, so the same file runs outside Databricks. Each one can be
-# MAGIC overridden by an environment variable (`AI4DL_LAKE_ROOT`, ...), which is how the test suite points the
-# MAGIC notebook at temporary folders. On Databricks, set e.g. `LAKE_ROOT = "dbfs:/ai4dl/walkthrough/lake"`.
+# MAGIC On Databricks each parameter is a widget at the top of the notebook (a job task of the bundle sets them as
+# MAGIC `base_parameters`); elsewhere an environment variable (`AI4DL_LAKE_ROOT`, ...), which is how the test suite
+# MAGIC points the notebook at temporary folders. On Databricks, set e.g. `lake_root` to
+# MAGIC `/Volumes/main/ai4dl/lake` and `catalog`/`schema` to name the tables in Unity Catalog
+# MAGIC (`main.ai4dl.gold_phase_stats`); empty `schema`: tables by path only.
 
 # COMMAND ----------
 
@@ -28,15 +30,32 @@ try:
 except NameError:  # a Databricks notebook has no __file__; its working directory is the notebook's folder
     REPO = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
 
-LAKE_ROOT = os.environ.get("AI4DL_LAKE_ROOT", str(REPO / "data" / "notebook" / "lake"))
-MODELS = os.environ.get("AI4DL_MODELS", str(REPO / "data" / "notebook" / "models"))
-REPORT_DIR = os.environ.get("AI4DL_REPORT_DIR", str(REPO / "data" / "notebook" / "report"))
-SAMPLE = os.environ.get("AI4DL_SAMPLE", str(REPO.parent / "shared" / "data" / "reference" / "dlaas_sample.csv"))
-REFERENCE = os.environ.get("AI4DL_REFERENCE_MODEL", str(REPO.parent / "shared" / "data" / "reference" / "reference_model.json"))
-EPOCHS = int(os.environ.get("AI4DL_EPOCHS", "10"))  # a few epochs: the sample is tiny
-INTERVAL_STEPS = int(os.environ.get("AI4DL_INTERVAL_STEPS", "5"))  # the sample's traces are short
-SYNTHETIC_CONTAINERS = int(os.environ.get("AI4DL_SYNTHETIC_CONTAINERS", "12"))
-SYNTHETIC_STEPS = int(os.environ.get("AI4DL_SYNTHETIC_STEPS", "120"))
+try:
+    _widgets = dbutils.widgets  # noqa: F821 - a Databricks notebook builtin
+except NameError:
+    _widgets = None
+
+
+def param(name: str, default: object) -> str:
+    """A widget on Databricks (created with its default, read back as the user or the job set it), else the
+    environment variable ``AI4DL_<NAME>``, else the default."""
+    if _widgets is not None:
+        _widgets.text(name, str(default))
+        return _widgets.get(name)
+    return os.environ.get(f"AI4DL_{name.upper()}", str(default))
+
+
+LAKE_ROOT = param("lake_root", REPO / "data" / "notebook" / "lake")
+MODELS = param("models", REPO / "data" / "notebook" / "models")
+REPORT_DIR = param("report_dir", REPO / "data" / "notebook" / "report")
+CATALOG = param("catalog", "")  # Unity Catalog's catalog (Databricks); empty: the session's current one
+SCHEMA = param("schema", "")  # empty: tables by path only; a name: every table also named there, views persisted
+SAMPLE = param("sample", REPO.parent / "shared" / "data" / "reference" / "dlaas_sample.csv")
+REFERENCE = param("reference_model", REPO.parent / "shared" / "data" / "reference" / "reference_model.json")
+EPOCHS = int(param("epochs", 10))  # a few epochs: the sample is tiny
+INTERVAL_STEPS = int(param("interval_steps", 5))  # the sample's traces are short
+SYNTHETIC_CONTAINERS = int(param("synthetic_containers", 12))
+SYNTHETIC_STEPS = int(param("synthetic_steps", 120))
 
 # COMMAND ----------
 
@@ -65,6 +84,8 @@ cfg = load_config(
         "spark.shuffle_partitions=4",
         f"train.epochs={EPOCHS}",
         f"policies.interval_steps={INTERVAL_STEPS}",
+        *([f"lake.schema={SCHEMA}"] if SCHEMA else []),
+        *([f"lake.catalog={CATALOG}"] if CATALOG and SCHEMA else []),
     ],
 )
 spark = get_spark(cfg)
@@ -186,24 +207,29 @@ behaviour_result = stages.behaviour(cfg, spark).details
 # MAGIC %md
 # MAGIC ## Phase statistics for BI
 # MAGIC
-# MAGIC The behaviour step registers temp views over the gold tables, so an analyst can query them in SQL (or a
-# MAGIC dashboard) without knowing where the Delta files are.
+# MAGIC The behaviour step puts views over the gold tables, so an analyst queries them in SQL (or a dashboard)
+# MAGIC without knowing where the Delta files are: temporary views of this session by default, views persisted
+# MAGIC in the catalog when `schema` is set (then Databricks SQL, or `ai4dl sql` locally, serves them to BI tools).
+# MAGIC `ai4dl_phase_summary` is in the units people read: cores, GiB, percent of the service's steps, minutes.
 
 # COMMAND ----------
 
+from ai4dl.behaviour.phase_stats import VIEWS
+
+view = dict(zip(VIEWS, behaviour_result["views"]))  # view -> its name in SQL (qualified when persisted)
 phase_stats_pdf = spark.sql(
-    """
-    SELECT s.phase, s.samples, ROUND(sh.share, 3) AS share,
-           ROUND(s.cpu_mean, 3) AS cpu_mean, ROUND(s.cpu_p95, 3) AS cpu_p95,
-           ROUND(s.mem_mean / 1e6, 1) AS mem_mean_mb, ROUND(s.mem_p95 / 1e6, 1) AS mem_p95_mb,
-           ROUND(s.mean_dwell_steps, 1) AS mean_dwell_steps
-    FROM ai4dl_phase_stats s JOIN ai4dl_phase_share sh ON s.service = sh.service AND s.phase = sh.phase
-    WHERE s.service = '__all__'
-    ORDER BY s.phase
+    f"""
+    SELECT phase, phase_name, steps, share_of_steps_pct, cpu_mean_cores, cpu_p95_cores, mem_mean_gib, mem_p95_gib,
+           mean_dwell_minutes
+    FROM {view['ai4dl_phase_summary']}
+    WHERE service = '__all__'
+    ORDER BY phase
     """
 ).toPandas()
 print(phase_stats_pdf.to_string(index=False))
-transitions_pdf = spark.sql("SELECT src, dst, count, ROUND(probability, 3) AS probability FROM ai4dl_phase_transitions ORDER BY src, dst").toPandas()
+transitions_pdf = spark.sql(
+    f"SELECT src, dst, count, ROUND(probability, 3) AS probability FROM {view['ai4dl_phase_transitions']} ORDER BY src, dst"
+).toPandas()
 print(transitions_pdf.to_string(index=False))
 
 # COMMAND ----------

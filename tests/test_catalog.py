@@ -77,9 +77,10 @@ def catalog_lake(tmp_path_factory):
     sets = [f"lake.root={base / 'lake'}", f"lake.models={base / 'models'}", f"report.dir={base / 'report'}",
             "lake.schema=ai4dl", "spark.master=local[2]", "spark.shuffle_partitions=2", "spark.driver_memory=2g",
             f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}", "generate.containers=10", "generate.steps=80",
-            "train.epochs=1", "train.k=3", "train.sample_size=400", "train.device=cpu"]
+            "train.epochs=1", "train.k=3", "train.sample_size=400", "train.device=cpu", "policies.interval_steps=5",
+            "window.train_fraction=0.7"]
     args = [x for s in sets for x in ("--set", s)]
-    out = _ai4dl("run", "generate", "ingest", "window", "train", "label", "behaviour", *args)
+    out = _ai4dl("run", "generate", "ingest", "window", "train", "label", "behaviour", "policies", *args)
     assert out.returncode == 0, out.stderr[-3000:]
     return base, args
 
@@ -105,7 +106,8 @@ def test_jobs_name_their_tables_and_persist_the_views_in_the_lakes_own_metastore
     out = subprocess.run([sys.executable, "-c", code, *sets], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("RESULT"))[len("RESULT"):])
-    written = {"bronze", "quarantine", "silver", "phases", "sequences", "transitions", "phase_stats", "run_log"}
+    written = {"bronze", "quarantine", "silver", "phases", "sequences", "transitions", "phase_stats", "run_log",
+               "policy_replay", "policy_calibration"}
     assert {TABLES[n].table_name for n in written} <= set(found["tables"])
     assert set(VIEWS) <= set(found["tables"]) and not any(found["tables"].values())  # persisted, not temporary
     assert found["location"].rstrip("/").endswith(str(base / "lake" / "gold" / "phase_stats"))  # external, at the path
@@ -141,6 +143,8 @@ def test_sql_endpoint_serves_bi_queries_to_a_jdbc_client_and_refuses_writes(cata
             "FROM ai4dl_phase_summary WHERE service = '__all__' ORDER BY phase",
             "SELECT src, dst, count, ROUND(probability, 3) AS probability FROM ai4dl_phase_transitions ORDER BY src, dst",
             "SELECT count(*) AS n FROM bronze_traces",
+            "SELECT policy, resource, deployed, savings_vs_static FROM gold_policy_calibration "
+            "ORDER BY resource, savings_vs_static DESC",
         ])
         assert out.returncode == 0, out.stderr[-3000:]
         rows = _rows(out.stdout)
@@ -151,6 +155,9 @@ def test_sql_endpoint_serves_bi_queries_to_a_jdbc_client_and_refuses_writes(cata
         assert {int(r[1]): r[2] for r in summary} == expected
         assert abs(sum(float(r[4]) for r in summary) - 100.0) < 0.5  # percent, as people read it
         assert [r for r in rows if r == [str(lake.count("bronze"))]]
+        calibration = [r for r in rows if len(r) == 4 and r[1] in ("cpu", "mem")]
+        assert len(calibration) == lake.count("policy_calibration") > 0
+        assert {r[1] for r in calibration if r[2] == "true"} == {"cpu", "mem"}  # what the stream deploys, per resource
 
         # Writes of every kind are refused, and nothing changes.
         attempts = [
