@@ -67,3 +67,24 @@ def test_notebook_runs_on_dlaas_sample(dlaas_sample, reference_model, spark, tmp
     report = tmp_path / "report" / "index.html"
     assert report.is_file() and ns["report_path"] == report
     assert (tmp_path / "report" / "trace_phases.png").is_file()
+
+
+@pytest.mark.slow
+def test_notebook_names_its_tables_in_a_catalog_when_given_a_schema(dlaas_sample, reference_model, tmp_path):
+    """With the `schema` widget set (here its environment variable), the notebook's own session has a persistent
+    catalog: every table named there and the BI views persisted, read back by name in the BI cell."""
+    import os
+    import subprocess
+    import sys
+
+    root = NOTEBOOK.parents[1]
+    env = {**os.environ, "AI4DL_LAKE_ROOT": str(tmp_path / "lake"), "AI4DL_MODELS": str(tmp_path / "models"),
+           "AI4DL_REPORT_DIR": str(tmp_path / "report"), "AI4DL_SAMPLE": str(dlaas_sample),
+           "AI4DL_REFERENCE_MODEL": str(reference_model), "AI4DL_EPOCHS": "2", "AI4DL_SCHEMA": "walk",
+           "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, str(NOTEBOOK)], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "walkthrough done" in out.stdout
+    assert "views `walk`.ai4dl_phase_stats, `walk`.ai4dl_phase_summary" in out.stdout
+    assert (tmp_path / "lake" / "_metastore" / "metastore_db").is_dir()
