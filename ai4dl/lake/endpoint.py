@@ -174,11 +174,12 @@ def start(cfg: Any, port: int = DEFAULT_PORT, host: str = LOOPBACK) -> Endpoint:
     """Start the server over the lake of ``cfg`` (see the module's docstring); returns once clients can connect."""
     from ai4dl.lake.session import get_spark
 
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not None:  # a notebook's or spark-submit's: it has no guard, and is not ours
+        raise SparkSetupError("ai4dl sql starts its own Spark session (run it as `ai4dl sql`, not inside another session)")
     cfg = server_config(cfg, port, host)
     spark = get_spark(cfg)
-    if not spark.sparkContext.getConf().get("spark.sql.extensions", "").endswith(GUARD_CLASS):
-        spark.stop()  # a session started elsewhere (spark-submit, a notebook) without the guard: never serve it
-        raise SparkSetupError("ai4dl sql starts its own Spark session (run it as `ai4dl sql`, not inside another session)")
     tables, views = register_lake(spark, cfg)
     jvm = spark.sparkContext._jvm
     guard = jvm.org.apache.spark.util.Utils.classForName(GUARD_CLASS, True, False)  # Spark's loader: the one of the rule
