@@ -169,7 +169,7 @@ class Lake:
         """Name an existing table in the lake's namespace: an external Delta table at its path (``CREATE TABLE
         IF NOT EXISTS ... USING DELTA LOCATION``), so SQL users and BI tools find it by name while every job keeps
         using the path. A name already taken by a table at another location is refused, never repointed. Done
-        once per table per session; a lake without a namespace does nothing."""
+        once per table per Spark application; a lake without a namespace does nothing."""
         if not self.namespace or self.spark is None:
             return
         app = self.spark.sparkContext.applicationId  # the catalog is shared by every session of one application
@@ -265,13 +265,19 @@ def delta_table(path: str) -> str:
 
 
 def _same_location(location: str | None, path: str) -> bool | None:
-    """Whether a catalog's location is the lake's path (``file:/x`` is ``/x``); None when it cannot tell."""
+    """Whether a catalog's location is the lake's path (``file:/x`` is ``/x``); None when it cannot tell.
+
+    >>> _same_location("file:///tmp/lake/gold/x/", "/tmp/lake/gold/x"), _same_location("s3://b/l", "s3a://b/l")
+    (True, True)
+    """
     if not location:
         return None
 
     def norm(p: str) -> str:
         p = str(p).rstrip("/")
-        return p[len("file:"):].replace("///", "/") if p.startswith("file:") else p
+        if p.startswith("file:"):
+            return "/" + p[len("file:"):].lstrip("/")
+        return re.sub(r"^s3[an]://", "s3://", p)  # Hadoop's S3 schemes name the same object as s3://
 
     return norm(location) == norm(path)
 
