@@ -13,6 +13,12 @@ from the Spark UI's REST API (``/api/v1/applications/<id>/jobs``): the job's cal
 Delta's commit protocol) are the difference between the wall time and the jobs' time. ``--demo`` runs what
 ``ai4dl demo`` runs (generate, ingest, window, train, label, behaviour, policies, report) with
 ``conf/local.yaml``'s fleet and a trained model instead of the original one. Look at ``uptime`` first.
+
+``--profile`` also runs each stage under cProfile and prints where the driver's seconds go by kind of Delta
+operation a stage pays for whatever its size (run-log appends, table creation and existence checks, MERGEs,
+overwrites, history and property reads), then the heaviest ai4dl/Delta functions; and, once, what importing
+the stage layer costs a fresh Python process. Run it on a small fleet (``--containers 6 --steps 381``, 2,286
+rows) to see a small command's fixed cost.
 """
 
 from __future__ import annotations
@@ -48,6 +54,49 @@ def jobs_since(spark, after: int) -> list[dict]:
     return sorted((j for j in jobs if j["jobId"] > after), key=lambda j: j["jobId"])
 
 
+# Kinds of Delta work a stage pays whatever its size: (label, the ai4dl/delta-spark function that does it).
+FIXED_COSTS = (
+    ("run-log appends", "tables.py", "_append_run_log"),
+    ("table creation", "tables.py", "ensure_table"),
+    ("existence checks", "tables.py", "exists"),
+    ("MERGEs", "tables.py", "merge_new"),
+    ("overwrites", "tables.py", "overwrite"),
+    ("history reads", "delta/tables.py", "history"),
+    ("property reads", "tables.py", "properties"),
+    ("counts", "tables.py", "count"),
+)
+
+
+def profile_lines(profile, top: int) -> list[str]:
+    """The profile's seconds per kind of fixed cost (cumulative; kinds overlap where one calls another, e.g. a
+    MERGE's creation of its table), then the ``top`` heaviest ai4dl/Delta functions."""
+    import pstats
+
+    stats = pstats.Stats(profile).stats  # (file, line, name) -> (calls, primitive, tottime, cumtime, callers)
+    lines = []
+    for label, file, name in FIXED_COSTS:
+        hits = [(v[1], v[3]) for (f, _, n), v in stats.items() if n == name and f.endswith(file)
+                and ("/delta/" in f) == file.startswith("delta/")]
+        if hits:
+            calls, seconds = max(hits, key=lambda h: h[1])  # the public entry point: the largest cumulative
+            lines.append(f"   {label:<17} {seconds:6.2f}s  ({calls} calls)")
+    ours = sorted(((v[3], v[1], f"{Path(f).parent.name}/{Path(f).name}:{line} {n}") for (f, line, n), v in stats.items()
+                   if ("/ai4dl/" in f or "/delta/" in f) and n not in ("run_stage", "run", "<lambda>")),
+                  reverse=True)[:top]
+    lines += [f"   {cum:6.2f}s {calls:4d}x  {where}" for cum, calls, where in ours]
+    return lines
+
+
+def import_seconds() -> float:
+    """A fresh interpreter importing the stage layer and the lake (what every command imports before Spark)."""
+    import subprocess
+
+    code = "import time; t = time.perf_counter(); import ai4dl.stages, ai4dl.lake.tables, ai4dl.lake.session; " \
+           "print(time.perf_counter() - t)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--containers", type=int, default=200)
@@ -57,6 +106,8 @@ def main(argv=None) -> int:
     p.add_argument("--reference-model", default=str(ROOT.parent / "shared" / "data" / "reference" / "reference_model.json"))
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--demo", action="store_true", help="the demo's stages and fleet (conf/local.yaml's generate)")
+    p.add_argument("--profile", type=int, nargs="?", const=12, default=0, metavar="TOP",
+                   help="profile each stage: seconds per kind of fixed Delta cost, then the TOP heaviest functions")
     args = p.parse_args(argv)
 
     from ai4dl import stages
@@ -99,9 +150,18 @@ def main(argv=None) -> int:
             ("label", lambda: stages.label(cfg, spark, model=model)),
         )
     figures = {}
+    if args.profile:
+        print(f"[stage-jobs] importing the stage layer in a fresh interpreter: {import_seconds():.2f}s")
     for name, run in plan:
+        import cProfile
+
+        profile = cProfile.Profile() if args.profile else None
         t0 = time.time()
+        if profile is not None:
+            profile.enable()
         run()
+        if profile is not None:
+            profile.disable()
         wall = time.time() - t0
         jobs = jobs_since(spark, last)
         last = max((j["jobId"] for j in jobs), default=last)
@@ -113,6 +173,9 @@ def main(argv=None) -> int:
                 print(f"   job {j['jobId']:5d} {_seconds(j):6.2f}s {j['numTasks']:5d} tasks  {j['name'][:100]}")
         if small:
             print(f"   {len(small)} jobs under {args.min_seconds}s: {sum(_seconds(j) for j in small):.2f}s")
+        if profile is not None:
+            print(f"   driver profile of {name}:")
+            print("\n".join(profile_lines(profile, args.profile)))
         figures[name] = {"wall_s": round(wall, 2), "jobs": len(jobs), "jobs_s": round(in_jobs, 2)}
     rows = cfg.generate.containers * cfg.generate.steps
     total = sum(f["wall_s"] for f in figures.values())
