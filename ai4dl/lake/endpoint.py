@@ -71,12 +71,12 @@ def guard_jar(cache: str | Path) -> Path:
 
 
 def _javac() -> str:
-    home = os.environ.get("JAVA_HOME")
-    candidates = [str(Path(home) / "bin" / "javac")] if home else []
-    candidates.append(shutil.which("javac") or "")
-    for c in candidates:
-        if c and Path(c).is_file():
-            return c
+    """JAVA_HOME's javac, else the PATH's (JAVA_HOME may name a JRE)."""
+    from ai4dl.lake.session import _java
+
+    found = shutil.which(_java("javac")) or shutil.which("javac")
+    if found:
+        return found
     raise SparkSetupError("ai4dl sql compiles its read-only guard once with a JDK's javac, and none was found: "
                           "install one (Debian: apt-get install openjdk-17-jdk-headless) or set JAVA_HOME to a JDK")
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import SparkSession
 
 from ai4dl.errors import SparkSetupError
-from ai4dl.lake.tables import join_path
+from ai4dl.lake.tables import is_uri, join_path
 
 if TYPE_CHECKING:  # pragma: no cover
     from ai4dl.config import Config
@@ -65,10 +65,11 @@ def build_spark_conf(cfg: "Config") -> dict[str, str]:
     # Warnings and errors only, from the first line on (setLogLevel comes after the start-up chatter).
     conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}"
     if cfg.lake.schema is not None:
-        conf.update(metastore_conf(cfg.lake.root, s.conf or {}))
-        derby_log = conf.pop(_DERBY_LOG, None)
-        if derby_log:
-            conf["spark.driver.extraJavaOptions"] += f" -Dderby.stream.error.file={derby_log}"
+        conf["spark.sql.catalogImplementation"] = "hive"  # a catalog that keeps the lake's names
+        folder = local_metastore(cfg)
+        if folder is not None:
+            conf[METASTORE_URL] = f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
+            conf["spark.driver.extraJavaOptions"] += f" -Dderby.stream.error.file={folder / 'derby.log'}"
     if s.ivy_cache:
         conf["spark.jars.ivy"] = str(Path(s.ivy_cache).absolute())
     for key, value in (s.conf or {}).items():
@@ -79,7 +80,6 @@ def build_spark_conf(cfg: "Config") -> dict[str, str]:
 
 
 METASTORE_URL = "spark.hadoop.javax.jdo.option.ConnectionURL"
-_DERBY_LOG = "ai4dl.derby.log"
 
 
 def metastore_folder(root: str) -> Path:
@@ -87,20 +87,15 @@ def metastore_folder(root: str) -> Path:
     return Path(join_path(root, "_metastore"))
 
 
-def metastore_conf(root: str, user_conf: dict[str, Any]) -> dict[str, str]:
-    """A persistent catalog for named tables: Spark's Hive catalog, and for a local lake (whose user named no
-    metastore of their own) an embedded Derby metastore under ``<root>/_metastore``, so the names outlive the
-    session and belong to the lake, not to the working directory. Embedded Derby admits one process at a time:
-    a lake served by ``ai4dl sql`` while jobs run needs a metastore server (hive-site.xml or ``spark.conf``)."""
-    from ai4dl.lake.tables import is_uri
-
-    conf = {"spark.sql.catalogImplementation": "hive"}
-    if is_uri(root) or METASTORE_URL in user_conf:
-        return conf
-    folder = metastore_folder(root)
-    conf[METASTORE_URL] = f"jdbc:derby:;databaseName={folder / 'metastore_db'};create=true"
-    conf[_DERBY_LOG] = str(folder / "derby.log")  # a JVM option, not a Spark property (see build_spark_conf)
-    return conf
+def local_metastore(cfg: "Config") -> Path | None:
+    """The embedded Derby metastore folder of a lake with named tables (``lake.schema``), when it has one: a
+    local lake whose user named no metastore of their own (``spark.conf``'s ConnectionURL, or a URI lake with its
+    cluster's hive-site.xml). There the names outlive the session and belong to the lake, not to the working
+    directory. Embedded Derby admits one process at a time: a lake served by ``ai4dl sql`` while jobs run needs
+    a metastore server."""
+    if cfg.lake.schema is None or is_uri(cfg.lake.root) or METASTORE_URL in (cfg.spark.conf or {}):
+        return None
+    return metastore_folder(cfg.lake.root)
 
 
 def require_metastore_free(root: str) -> None:
@@ -170,8 +165,9 @@ def get_spark(cfg: "Config") -> SparkSession:
         builder = builder.config(key, value)
     if not resolved:  # no cache to resolve into (or spark-submit's own --packages): Spark's Ivy, as before
         builder = configure_spark_with_delta_pip(builder)
-    if METASTORE_URL in conf and METASTORE_URL not in (cfg.spark.conf or {}):
-        metastore_folder(cfg.lake.root).mkdir(parents=True, exist_ok=True)  # Derby's log goes there from the start
+    metastore = local_metastore(cfg)
+    if metastore is not None:
+        metastore.mkdir(parents=True, exist_ok=True)  # Derby's log goes there from the start
         require_metastore_free(cfg.lake.root)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -338,9 +334,10 @@ def _ivy_jar() -> str:
     return str(found[-1])
 
 
-def _java() -> str:
+def _java(tool: str = "java") -> str:
+    """A JDK tool (``java``, ``javac``) of ``JAVA_HOME`` when it is set, else the name for the PATH."""
     home = os.environ.get("JAVA_HOME")
-    return str(Path(home) / "bin" / "java") if home else "java"
+    return str(Path(home) / "bin" / tool) if home else tool
 
 
 def _require_delta(spark: SparkSession) -> None:
