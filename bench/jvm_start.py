@@ -31,7 +31,7 @@ cfg = load_config(None, json.loads(sys.argv[1]))
 spark = get_spark(cfg)
 t1 = time.time()
 path = cfg.lake.root + "/t"
-spark.range(0, 50000).selectExpr("id", "id % 7 AS k", "rand(1) AS x").write.format("delta").save(path)
+spark.range(0, int(sys.argv[2])).selectExpr("id", "id % 7 AS k", "rand(1) AS x").write.format("delta").save(path)
 t2 = time.time()
 spark.read.format("delta").load(path).groupBy("k").count().collect()
 spark.read.format("delta").load(path).write.format("delta").mode("overwrite").save(path)
@@ -40,12 +40,18 @@ print("FIGURES " + json.dumps({"start": t1 - t0, "first_write": t2 - t1, "read_o
 """
 
 
-def run_once(overrides: list[str]) -> dict[str, float]:
+SESSION = ["spark.master=local[2]", "spark.shuffle_partitions=2", f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}"]
+
+
+def run_once(overrides: list[str], rows: int = 50000) -> dict[str, float]:
+    """A fresh process: session start, a first Delta write of ``rows`` rows, a read and an overwrite (two
+    commits); the seconds of each part and of the whole process. With a few rows this is the floor of any
+    command that commits (``bench/versus_original.py`` measures it so, with its commands' config).
+    ``overrides``: the whole job config of the process, over the built-in defaults."""
     with tempfile.TemporaryDirectory(prefix="ai4dl-jvm-start-") as tmp:
-        over = ["spark.master=local[2]", "spark.shuffle_partitions=2", f"spark.ivy_cache={ROOT / '.cache' / 'ivy'}",
-                f"lake.root={tmp}/lake", *overrides]
+        over = [f"lake.root={tmp}/lake", *overrides]
         t = time.time()
-        done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(over)], capture_output=True, text=True, cwd=ROOT)
+        done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(over), str(int(rows))], capture_output=True, text=True, cwd=ROOT)
         wall = time.time() - t
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("FIGURES ")), None)
     if done.returncode != 0 or line is None:
@@ -62,7 +68,7 @@ def main(argv=None) -> int:
     results: dict[str, list[dict[str, float]]] = {"archive": [], "no archive": []}
     for _ in range(args.runs):
         for name, flag in (("archive", "true"), ("no archive", "false")):
-            r = run_once([f"spark.class_archive={flag}", *args.overrides])
+            r = run_once([*SESSION, f"spark.class_archive={flag}", *args.overrides])
             results[name].append(r)
             print(f"  {name:10s} " + "  ".join(f"{k} {v:5.1f}s" for k, v in r.items()), flush=True)
     for name, rs in results.items():

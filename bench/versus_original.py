@@ -17,7 +17,7 @@ each a separate process as a user types them (JVM, Delta and the first table rea
 same three as one command, ``ai4dl run ingest window label``. The model import is set-up, not timed.
 
 **The floor** of any command that commits: a fresh process that starts the same session (same config), commits a
-100-row Delta table twice (a write and an overwrite) and reads it back; measured in the same run, before and after
+100-row Delta table twice (a write and an overwrite) and reads it (``bench/jvm_start.py``'s process); measured in the same run, before and after
 the commands (the median of the two). Printed beside it: the three commands together over the floor (issue 31's
 goal: <= 3x) and ``ai4dl run ingest window label`` over the floor (<= 1.5x). ``--containers 6 --steps 381`` is the
 issue's 2,286-row export size.
@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from jvm_start import run_once as fresh_process  # noqa: E402
 from versus_reference import original_loop_labels, to_feature_major  # noqa: E402
 
 from ai4dl.config import load_config  # noqa: E402
@@ -102,25 +103,6 @@ def timed_command(argv: list[str], env: dict[str, str]) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{output}")
     return {"seconds": round(wall, 2), "cpu_seconds": round(sum(seen.values()), 2), "output": output.strip().splitlines()[-1:]}
-
-
-FLOOR = """
-import json, sys
-from ai4dl.config import load_config
-from ai4dl.lake.session import get_spark
-cfg = load_config(None, json.loads(sys.argv[1]))
-spark = get_spark(cfg)
-path = cfg.lake.root + "/floor"
-spark.range(0, 100).selectExpr("id", "id % 7 AS k").write.format("delta").save(path)
-spark.range(0, 100).selectExpr("id", "id % 5 AS k").write.format("delta").mode("overwrite").save(path)
-print(spark.read.format("delta").load(path).count())
-"""
-
-
-def floor(sets: list[str], lake: str, env: dict[str, str]) -> dict:
-    """The floor of a committing command: start, two Delta commits, a read, in a fresh process."""
-    shutil.rmtree(lake, ignore_errors=True)
-    return timed_command([sys.executable, "-c", FLOOR, json.dumps([*sets, f"lake.root={lake}"])], env)
 
 
 def original(files: list[Path], model) -> tuple[dict, "object"]:
@@ -208,7 +190,7 @@ def main(argv=None) -> int:
     orig["end to end"] = {k: round(sum(v[k] for v in orig.values()), 2) for k in ("seconds", "cpu_seconds")}
 
     # ---- ai4dl, each command its own process, between two measures of the floor
-    floors = [floor(sets, str(work / "lake-floor"), env)]
+    floors = [fresh_process(sets, rows=100)["process"]]
     lake = str(work / "lake-cmd")
     cmd = {
         "ingest": timed_command(command(["ingest", str(fleet), "--format", "csv"], lake), env),
@@ -219,8 +201,8 @@ def main(argv=None) -> int:
     one = timed_command(command(["run", "ingest", "window", "label", "--input", str(fleet), "--format", "csv",
                                  "--model", model_dir, "--set", f"window.scaler_from_model={model_dir}"],
                                 str(work / "lake-run")), env)
-    floors.append(floor(sets, str(work / "lake-floor"), env))
-    base = float(np.median([f["seconds"] for f in floors]))
+    floors.append(fresh_process(sets, rows=100)["process"])
+    base = float(np.median(floors))
 
     # ---- ai4dl, the same stages in a warm session
     from ai4dl import stages
@@ -253,7 +235,7 @@ def main(argv=None) -> int:
               f"{cmd[a]['cpu_seconds']:>8.2f}{rows / aw:>10,.0f}{ow / aw:>9.2f} | {ww:>12.2f}{ow / ww:>9.2f}")
     print(f"ai4dl run ingest window label (one command): {one['seconds']:.2f} s wall, {one['cpu_seconds']:.2f} CPU-s, "
           f"{rows / one['seconds']:,.0f} rows/s, {orig['end to end']['seconds'] / one['seconds']:.2f}x the original end to end")
-    each = ", ".join(f"{f['seconds']:.2f}" for f in floors)
+    each = ", ".join(f"{f:.2f}" for f in floors)
     print(f"floor (fresh process, session start, two 100-row Delta commits, a read): {base:.2f} s ({each})")
     print(f"  ingest + window + label as three commands: {cmd['end to end']['seconds']:.2f} s = "
           f"{cmd['end to end']['seconds'] / base:.2f}x the floor (goal <= 3x)")
