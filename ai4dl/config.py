@@ -271,15 +271,22 @@ class LabelConfig(_Section):
     section: ClassVar[str] = "label"
     model: str | None = None  # model directory; default: latest version under lake.models/<train.model_name>
     engine: str = _key("arrow", choices=("arrow", "pandas"))  # see ai4dl.method.labelling
-    # viterbi: decode each container's phases over its whole trace, a phase change priced at switch_penalty
-    # x the model's typical margin of squared distances (ai4dl.method.labelling.switch_gap); none: each step's nearest phase.
-    smoothing: str = _key("none", choices=("none", "viterbi"))
-    switch_penalty: float = _key(10.0, lo=0)
+    # How a container's phases are read from its steps (ai4dl.method.labelling.DECODINGS): forward (default) is
+    # causal, the same in the label stage and the live stream; viterbi decodes whole traces (offline only); none
+    # takes each step's nearest phase. A phase change is priced at switch_penalty x the model's typical margin of
+    # squared distances (ai4dl.method.labelling.switch_gap); unset, the decoding's own default
+    # (labelling.DEFAULT_SWITCH_PENALTY: forward 1, viterbi 10, chosen on training containers).
+    smoothing: str = _key("forward", choices=("none", "forward", "viterbi"))
+    switch_penalty: float | None = _key(None, lo=0)
 
     @property
     def penalty(self) -> float | None:
-        """The switching penalty when phases are decoded over the trace, None when each step stands alone."""
-        return float(self.switch_penalty) if self.smoothing == "viterbi" else None
+        """The switching penalty (units of the model's switch gap) of the configured decoding, None for none."""
+        if self.smoothing == "none":
+            return None
+        from ai4dl.method.labelling import DEFAULT_SWITCH_PENALTY
+
+        return DEFAULT_SWITCH_PENALTY[self.smoothing] if self.switch_penalty is None else float(self.switch_penalty)
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,7 @@ def train(cfg: Config, lake: Any) -> _Output:
     model = estimator.fit(silver, scaler, n_history)
     model = model.with_info(training_data={**model.info["training_data"], "silver": lake.path("silver")})
     held_out = ContainerSplit.of(cfg.window).held_out(silver.where("has_full_history"))
-    quality = score(model, held_out, cfg.label.engine, cfg.label.penalty)
+    quality = score(model, held_out, cfg.label.engine, cfg.label.smoothing, cfg.label.penalty)
     path = str(save_version(model, cfg.lake.models, cfg.train.model_name))
     print(f"train: model {model.model_id}")
     if "holdout_ari" in quality:
@@ -346,14 +346,20 @@ def import_reference_model(cfg: Config, lake: Any, path: str, name: str = "refer
 def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     """Silver -> phases (replaced atomically), after checking the model fits the silver table."""
     from ai4dl.behaviour.naming import names_of
-    from ai4dl.method.labelling import check_compatible
+    from ai4dl.method.labelling import check_compatible, decoding_of
 
     phase_model, path = resolve_model(cfg, model)
     print(f"label: model {phase_model.model_id} from {path}")
     silver, scaler, n_history = _silver(lake)
     check_compatible(phase_model, scaler.features, n_history, scaler.digest)
-    phases = phase_model.transform(silver, engine=cfg.label.engine, switch_penalty=cfg.label.penalty)
-    written = lake.overwrite("phases", phases, properties={"ai4dl.model_id": phase_model.model_id})
+    decoding = decoding_of(phase_model, cfg.label.smoothing)
+    penalty = cfg.label.penalty if decoding == cfg.label.smoothing else None
+    print(f"label: decoding {decoding}" + (f", switch penalty {penalty:g} x the switch gap" if penalty else "")
+          + ("" if decoding == cfg.label.smoothing else " (the model's own; label.smoothing is not applied)"))
+    phases = phase_model.transform(silver, engine=cfg.label.engine, decoding=decoding, switch_penalty=penalty)
+    properties = {"ai4dl.model_id": phase_model.model_id, "ai4dl.decoding": decoding,
+                  "ai4dl.switch_penalty": "" if penalty is None else repr(float(penalty))}
+    written = lake.overwrite("phases", phases, properties=properties)
     counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
     total = sum(r["count"] for r in counts)
     names = names_of(phase_model.info)
@@ -529,6 +535,7 @@ def live_inputs(cfg: Config, model: Any, model_id: str, policy_model: Any, polic
     from ai4dl.behaviour.naming import names_of
     from ai4dl.errors import ModelError
     from ai4dl.lake.columns import DERIVED_FEATURES, METRICS
+    from ai4dl.method.labelling import CAUSAL_DECODINGS, decoding_of, switch_cost
     from ai4dl.policies.live import Deployment
     from ai4dl.policies.model import check_phase_model
     from ai4dl.stream.online import Live
@@ -539,10 +546,14 @@ def live_inputs(cfg: Config, model: Any, model_id: str, policy_model: Any, polic
     if unknown:
         raise ModelError(f"model features {unknown} are neither bronze metric columns nor derived features")
     check_phase_model(policy_model, policy_path, model_id)
+    decoding = decoding_of(model, cfg.label.smoothing)
+    if decoding not in CAUSAL_DECODINGS:
+        decoding = "none"  # viterbi needs the steps after: the stream says so at start
+    penalty = switch_cost(model, decoding, cfg.label.penalty if decoding == cfg.label.smoothing else None)
     return Live(
         model=model, model_id=model_id, n_history=cfg.window.n_history,
         deployment=Deployment.of(policy_model, cfg.stream.policy), max_gap_seconds=cfg.window.max_gap_seconds,
-        next_phase=policy_model.next_phase, phase_names=names_of(model.info),
+        next_phase=policy_model.next_phase, phase_names=names_of(model.info), decoding=decoding, switch_penalty=penalty,
     )
 
 
@@ -586,9 +597,9 @@ def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: boo
         print(f"stream: {text}")
         tables.log_event(lake, run_id, "stream", cfg.digest, started, "model", text)
 
-    if cfg.label.penalty is not None:
-        print("stream: phases are labelled step by step as samples arrive; label.smoothing 'viterbi' decodes whole "
-              "traces and applies to the batch label stage only")
+    if cfg.label.smoothing not in ("none", "forward"):
+        print(f"stream: phases are decoded as samples arrive; label.smoothing {cfg.label.smoothing!r} decodes whole "
+              "traces and applies to the batch label stage only: the stream takes each step's nearest phase")
     if s.input:
         lake.ensure("bronze")  # the folder feeds bronze: the table the stream reads exists from the start
     elif not lake.exists("bronze"):

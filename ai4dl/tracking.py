@@ -95,7 +95,8 @@ def metrics(model: PhaseModel, report: dict[str, Any]) -> list[tuple[str, float,
     return out
 
 
-def log_pyfunc(mlflow: Any, model_path: str, max_gap_seconds: float | None) -> Any:
+def log_pyfunc(mlflow: Any, model_path: str, max_gap_seconds: float | None, decoding: str = "none",
+               switch_penalty: float | None = None) -> Any:
     """Log the model directory as a pyfunc model of the active run; returns MLflow's ModelInfo."""
     import mlflow.pyfunc
 
@@ -104,7 +105,8 @@ def log_pyfunc(mlflow: Any, model_path: str, max_gap_seconds: float | None) -> A
 
     with tempfile.TemporaryDirectory() as tmp:
         serving = Path(tmp) / "serving.json"
-        serving.write_text(json.dumps({"max_gap_seconds": max_gap_seconds}))
+        serving.write_text(json.dumps({"max_gap_seconds": max_gap_seconds, "decoding": decoding,
+                                       "switch_penalty": switch_penalty}))
         artifacts = {pyfunc.MODEL_ARTIFACT: str(model_path), pyfunc.SERVING_ARTIFACT: str(serving)}
         # pip requirements given, not inferred: inference would load the model in a subprocess.
         requirements = [f"ai4dl=={__version__}", "numpy", "pandas", "safetensors"]
@@ -132,7 +134,7 @@ def log_training(cfg: Config, model: PhaseModel, model_path: str, report: dict[s
         for path in artifacts:
             if Path(path).is_file():
                 mlflow.log_artifact(str(path), artifact_path="report")
-        info = log_pyfunc(mlflow, model_path, cfg.window.max_gap_seconds)
+        info = log_pyfunc(mlflow, model_path, cfg.window.max_gap_seconds, cfg.label.smoothing, cfg.label.penalty)
     return {"run_id": run.info.run_id, "model_uri": info.model_uri, "tracking_uri": uri, "experiment": cfg.mlflow.experiment}
 
 

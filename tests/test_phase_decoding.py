@@ -14,7 +14,7 @@ from ai4dl import stages
 from ai4dl.errors import ConfigError, InputError
 from ai4dl.lake.tables import Lake
 from ai4dl.method.features import BEHAVIOUR_FEATURES, derive, derive_segments, with_derived
-from ai4dl.method.labelling import smooth_container, squared_distances, switch_gap, viterbi
+from ai4dl.method.labelling import decode_container, forward_decode, squared_distances, switch_gap, viterbi
 from tests.configs import config_under
 
 # ----------------------------------------------------------------------------------------------- pure
@@ -72,15 +72,39 @@ def test_viterbi_keeps_lasting_changes_and_drops_flickers():
     assert viterbi(np.zeros((0, 3)), 1.0).size == 0
 
 
-def test_smooth_container_keeps_unlabelled_steps_and_reports_the_chosen_distance():
+def test_forward_decoding_is_causal_and_resumable():
+    """Each step's decoded phase depends on the steps up to it only (a longer trace never changes an earlier
+    answer), and decoding in pieces from the carried costs and phase equals decoding in one call."""
+    rng = np.random.default_rng(3)
+    truth = np.repeat([0, 1, 2, 1, 0], 30)
+    centers = np.eye(3) * 3.0
+    d2 = squared_distances(centers, centers[truth] + rng.normal(0, 1.6, (len(truth), 3)))
+    penalty = 2 * switch_gap(centers, centers[truth])
+    whole = forward_decode(d2, penalty)[0]
+    for t in (1, 17, 60, 149):
+        np.testing.assert_array_equal(forward_decode(d2[:t], penalty)[0], whole[:t])
+    acc, cur, pieces = None, None, []
+    for part in np.array_split(np.arange(len(d2)), 7):
+        path, acc, cur = forward_decode(d2[part], penalty, acc, cur)
+        pieces.append(path)
+    np.testing.assert_array_equal(np.concatenate(pieces), whole)
+    raw = d2.argmin(1)
+    assert (np.diff(whole) != 0).sum() < (np.diff(raw) != 0).sum()  # fewer flickers than the nearest phase
+    np.testing.assert_array_equal(forward_decode(d2, 0.0)[0], raw)  # no price for a switch: the nearest phase
+
+
+def test_decode_container_keeps_unlabelled_steps_and_reports_the_chosen_distance():
     centers = np.array([[0.0, 0.0], [4.0, 0.0]])
     acts = [None, [0.0, 0.1], [3.9, 0.0], [0.1, 0.0], [0.0, 0.0], [4.0, 0.0], [4.1, 0.0], [3.9, 0.0]]
     pdf = pd.DataFrame({"ts": pd.date_range("2024-01-01", periods=8, freq="10s")[::-1], "activations": acts[::-1],
                         "phase": pd.array([None, 0, 1, 0, 0, 1, 1, 1][::-1], dtype="Int32"), "distance": np.nan})
-    out = smooth_container(pdf, centers, penalty=20.0)
+    out = decode_container(pdf, centers, "viterbi", penalty=20.0)
     assert out["phase"].isna().tolist() == [True] + [False] * 7  # sorted by ts; the step without a window stays null
     assert out["phase"].tolist()[1:] == [0, 0, 0, 0, 1, 1, 1]  # the one-step flicker at step 2 is gone
     assert out["distance"][2] == pytest.approx(3.9)  # distance to the phase it now has
+    causal = decode_container(pdf, centers, "forward", penalty=20.0)  # decided at each step: the change comes late
+    assert causal["phase"].tolist()[1:] == [0, 0, 0, 0, 0, 1, 1]  # one step after Viterbi places it
+    assert decode_container(pdf, centers, "none", penalty=0.0)["phase"].tolist()[1:] == [0, 1, 0, 0, 1, 1, 1]
 
 
 # ------------------------------------------------------------------------------------------- Spark
@@ -163,12 +187,49 @@ def test_serving_and_the_stream_compute_the_same_derived_windows(decoded, dlaas_
     assert got == want
 
 
+def test_forward_decoding_is_the_same_in_batch_serving_and_the_stream(decoded, dlaas_sample):
+    """The default decoding is causal, so every path gives the same phases at every step: the label stage's
+    (decoded in Spark per container), the served model's, and the stream's over uneven micro-batches whose
+    state goes through the state store's tuple between every two of them (what a restart reads back)."""
+    from ai4dl.method.labelling import switch_cost
+    from ai4dl.method.serving import label_traces
+    from ai4dl.policies.live import Deployment
+    from ai4dl.stream.online import Live, advance, state_from_tuple, state_to_tuple
+
+    model = decoded.model
+    batch = model.transform(decoded.lake.read("silver"), decoding="forward").toPandas()
+    batch = batch.assign(ts_s=batch["ts"].astype("int64") // 10**9).sort_values(["pod_id", "ts"]).reset_index(drop=True)
+    assert (batch["phase"] != decoded.raw.sort_values(["pod_id", "ts"])["phase"].to_numpy()).any()  # it decodes
+    sample = pd.read_csv(dlaas_sample)
+    served = label_traces(model, sample, decoding="forward").sort_values(["pod_id", "ts"]).reset_index(drop=True)
+    assert served["phase"].astype("Int64").tolist() == batch["phase"].astype("Int64").tolist()
+    np.testing.assert_allclose(served["distance"], batch["distance"].astype(float), rtol=1e-9)
+
+    live = Live(model=model, model_id=model.model_id, n_history=decoded.cfg.window.n_history,
+                deployment=Deployment.limits(), decoding="forward", switch_penalty=switch_cost(model, "forward"))
+    frame = sample.rename(columns=lambda c: c.replace(".", "_")).rename(columns={"timestamp": "ts"})
+    frame["ts"] = pd.to_datetime(frame["ts"], unit="s")
+    frame["behaviour"], frame["source_file"], frame["ingested_at"] = None, "f", frame["ts"]
+    for pod, rows in frame.groupby("pod_id"):
+        rows = rows.sort_values("ts")
+        state, streamed = None, []
+        cuts = sorted({c for c in (1, 5, 6, 20, 41, len(rows) // 2) if c < len(rows)})  # uneven, none empty
+        for part in np.split(np.arange(len(rows)), cuts):
+            out, state = advance(pod, rows.iloc[part], state, live)
+            state = state_from_tuple(state_to_tuple(state))
+            mine = out[out["kind"] == "phase"]
+            streamed += zip(mine["phase"].tolist(), mine["distance"].astype(float).tolist())
+        want = batch[batch["pod_id"] == pod]
+        assert [None if pd.isna(p) else int(p) for p, _ in streamed] == [None if pd.isna(p) else int(p) for p in want["phase"]], pod
+        np.testing.assert_allclose([d for _, d in streamed], want["distance"].astype(float), rtol=1e-9)
+
+
 def test_decoding_refuses_a_model_without_its_gap(decoded):
-    from ai4dl.method.labelling import smooth
+    from ai4dl.method.labelling import decode
 
     bare = decoded.model.with_info(switch_gap=None)
     with pytest.raises(ConfigError, match="switch_gap"):
-        smooth(decoded.lake.read("phases"), bare, 10.0)
+        decode(decoded.lake.read("phases"), bare, "viterbi", 10.0)
     assert decoded.lake.read("phases").where(F.col("phase").isNull()).count() == 3 * 4  # n_history steps per container
 
 

@@ -56,15 +56,31 @@ def _chunks(sample: Path, out: Path, parts: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def batch(spark, tmp_path_factory, test_config, dlaas_sample, reference_model):
-    """The batch answers: the DLaaS sample labelled by the reference model through the stages."""
+    """The batch answers: the DLaaS sample labelled through the stages by the reference model's numbers decoded
+    with the default, causal decoder (the imported original keeps its own per-step labels: this copy carries a
+    switch gap measured on the sample and no pinned decoding, so the stream has decoder state to carry)."""
+    from dataclasses import replace
+
+    from ai4dl.method.labelling import switch_gap
+    from ai4dl.method.model import save_version
+
     base = tmp_path_factory.mktemp("batch")
     cfg = config_under(test_config, base)
-    model_dir = stages.import_reference_model(cfg, spark, path=str(reference_model)).details["path"]
+    reference_dir = stages.import_reference_model(cfg, spark, path=str(reference_model)).details["path"]
     stages.ingest(cfg, spark, input=str(dlaas_sample))
-    stages.window(cfg, spark, scaler_from_model=model_dir)
-    stages.label(cfg, spark, model=model_dir)
-    policies = stages.policies(cfg, spark).details["path"]
+    stages.window(cfg, spark, scaler_from_model=reference_dir)
+    reference = load(reference_dir)
     lake = Lake.for_config(spark, cfg)
+    acts = np.stack(reference.transform(lake.read("silver")).where("activations IS NOT NULL").toPandas()["activations"])
+    info = {k: v for k, v in reference.info.items() if k != "decoding"}
+    decodable = replace(reference, info={**info, "switch_gap": switch_gap(reference.centers, acts)})
+    model_dir = str(save_version(decodable, cfg.lake.models, "reference-forward"))
+    assert cfg.label.smoothing == "forward"
+    stages.label(cfg, spark, model=model_dir)
+    nearest = reference.transform(lake.read("silver")).toPandas().sort_values(KEY)["phase"].astype("Int64").fillna(-1)
+    decoded = _phases(lake)["phase"].astype("Int64").fillna(-1)
+    assert (decoded.to_numpy() != nearest.to_numpy()).sum() >= 3  # the decoder changes phases: its state matters
+    policies = stages.policies(cfg, spark).details["path"]
     return {"cfg": cfg, "lake": lake, "model_dir": model_dir, "phases": _phases(lake), "policies": policies,
             "full": lake.read("phases").select(*INPUT_COLUMNS).toPandas()}
 

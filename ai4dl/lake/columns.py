@@ -179,7 +179,8 @@ RECOMMENDATION_FIELDS: tuple[tuple[str, str, bool], ...] = (
 # raw metrics of the last n_history + LOOKBACK (ai4dl.method.features) samples of the current segment (all
 # METRICS, oldest first, flattened), the current phase run, and the deployed policies' running summaries
 # (ai4dl.policies.live: the interval being filled, the last interval's statistics, VPA's decaying histograms) as
-# JSON, never the trace.
+# JSON, and the causal decoder's accumulated costs (ai4dl.method.labelling.forward_decode; its current phase is
+# run_phase) with the model they belong to; never the trace.
 STREAM_STATE_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("service", "string", True),
     ("last_step", "int", False),
@@ -192,4 +193,6 @@ STREAM_STATE_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("run_since_ts", "double", True),
     ("late_samples", "bigint", False),
     ("policy_state", "string", True),
+    ("decode_costs", "array<double>", True),
+    ("decode_model", "string", True),
 )

@@ -92,6 +92,9 @@ def forward_decode(costs: np.ndarray, penalty: float, acc: np.ndarray | None = N
     the switch, so a one-step flicker is not one. State between calls: the accumulated costs ``acc`` (shifted
     so their minimum is 0: bounded whatever the age) and the ``current`` phase; ties keep ``current``.
 
+    A loop over Python floats, not numpy rows: k is a handful of phases, and per-step numpy calls cost three
+    times the arithmetic (measured 7.6 against 2.4 us per step); the numbers are the same IEEE operations.
+
     >>> c = np.array([[0, 1], [0, 1], [1, 0], [0, 2], [1, 0], [1, 0], [1, 0]], dtype=float)
     >>> forward_decode(c, 0.0)[0].tolist(), forward_decode(c, 1.5)[0].tolist()
     ([0, 0, 1, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1])
@@ -102,31 +105,80 @@ def forward_decode(costs: np.ndarray, penalty: float, acc: np.ndarray | None = N
     costs = np.asarray(costs, dtype=np.float64)
     n, k = costs.shape
     path = np.empty(n, dtype=np.int64)
-    acc = None if acc is None else np.asarray(acc, dtype=np.float64).copy()
-    for t in range(n):
-        if acc is None:
-            acc = costs[t].copy()
+    a = None if acc is None else [float(v) for v in acc]
+    penalty = float(penalty)
+    for t, row in enumerate(costs.tolist()):
+        if a is None:
+            a = row
         else:
-            acc = costs[t] + np.minimum(acc, acc.min() + penalty)
-        acc -= acc.min()
-        best = int(np.argmin(acc))
-        if current is not None and acc[current] <= acc[best]:
+            cap = min(a) + penalty
+            a = [r + (v if v < cap else cap) for r, v in zip(row, a)]
+        low = min(a)
+        a = [v - low for v in a]
+        best = a.index(0.0)  # the first minimum, as argmin
+        if current is not None and a[current] <= 0.0:
             best = int(current)
         current = best
         path[t] = best
-    return path, (np.zeros(k) if acc is None else acc), current
+    return path, (np.zeros(k) if a is None else np.asarray(a, dtype=np.float64)), current
 
 
-def smooth_container(pdf: pd.DataFrame, centers: np.ndarray, penalty: float) -> pd.DataFrame:
-    """One container's ``PHASES`` rows with their phases decoded by :func:`viterbi` over its labelled steps in
-    time order (segments follow each other: an outage is one more step), ``distance`` the distance to the
+DECODINGS = ("none", "forward", "viterbi")
+"""How a container's phases are read from its steps' distances to the phase centres: ``none`` each step's
+nearest phase; ``forward`` :func:`forward_decode` (causal: what the stream says at each step, the default);
+``viterbi`` :func:`viterbi` over the whole trace (offline: needs the steps after)."""
+CAUSAL_DECODINGS = ("none", "forward")
+DEFAULT_SWITCH_PENALTY = {"forward": 1.0, "viterbi": 10.0}
+"""The switching price per decoding, in units of the model's :func:`switch_gap`. Chosen on the *training*
+containers of ``fleet-2026`` by ``bench/phase_quality.py`` (forward: the best of 0.5-10 on their ARI;
+viterbi: the earlier sessions' choice on the same containers); see bench/README.md."""
+
+
+def decoding_of(model: PhaseModel, configured: str) -> str:
+    """The decoding ``model``'s phases get: the one it pins (``info["decoding"]``: the imported original model
+    keeps the original tool's per-step labels, a refined model has sub-phases no transition cost prices), else
+    ``configured``. A model without a ``switch_gap`` (trained before decoding existed) cannot be decoded."""
+    if configured not in DECODINGS:
+        raise ConfigError(f"label.smoothing: {configured!r} is not allowed: one of {', '.join(DECODINGS)}")
+    pinned = model.info.get("decoding")
+    if pinned is not None:
+        return str(pinned)
+    if configured != "none" and model.refinements:
+        raise ConfigError(f"label.smoothing {configured!r} does not apply to a refined model (sub-phases); use 'none'")
+    if configured != "none" and model.info.get("switch_gap") is None:
+        raise ConfigError(f"model {model.model_id} has no switch_gap (trained before decoding existed): retrain it, "
+                          "or set label.smoothing none")
+    return configured
+
+
+def switch_cost(model: PhaseModel, decoding: str, multiplier: float | None = None) -> float:
+    """The absolute switching penalty of ``decoding``: ``multiplier`` (default
+    :data:`DEFAULT_SWITCH_PENALTY`) x the model's ``switch_gap``; 0 for ``none``."""
+    if decoding == "none":
+        return 0.0
+    m = DEFAULT_SWITCH_PENALTY[decoding] if multiplier is None else float(multiplier)
+    return m * float(model.info["switch_gap"])
+
+
+def decode_path(d2: np.ndarray, decoding: str, penalty: float) -> np.ndarray:
+    """The phases of one container's labelled steps in time order from their squared distances."""
+    if decoding == "forward":
+        return forward_decode(d2, penalty)[0]
+    if decoding == "viterbi":
+        return viterbi(d2, penalty)
+    return np.argmin(d2, axis=1) if len(d2) else np.zeros(0, dtype=np.int64)
+
+
+def decode_container(pdf: pd.DataFrame, centers: np.ndarray, decoding: str, penalty: float) -> pd.DataFrame:
+    """One container's ``PHASES`` rows with their phases decoded by :func:`decode_path` over its labelled steps
+    in time order (segments follow each other: an outage is one more step), ``distance`` the distance to the
     chosen centre; rows without activations keep their null phase."""
     pdf = pdf.sort_values("ts", kind="stable").reset_index(drop=True)
     has = pdf["activations"].notna().to_numpy()
     if has.any():
         h = np.stack([np.asarray(a, dtype=np.float64) for a in pdf.loc[has, "activations"]])
         d2 = squared_distances(centers, h)
-        path = viterbi(d2, penalty)
+        path = decode_path(d2, decoding, penalty)
         phase = pdf["phase"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
         dist = pdf["distance"].to_numpy(dtype=float, na_value=np.nan) if "distance" in pdf else np.full(len(pdf), np.nan)
         phase[has] = path
@@ -219,23 +271,20 @@ def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int,
     return weights, a["centers"], refinements
 
 
-def smooth(phases: DataFrame, model: PhaseModel, switch_penalty: float) -> DataFrame:
-    """``PHASES`` rows with each container's phases decoded by :func:`viterbi`, switching priced at
-    ``switch_penalty`` x the model's :func:`switch_gap` (stored at training as ``info.switch_gap``), one
-    container per task. A refined model is refused: its sub-phases have no place in one centre table."""
+def decode(phases: DataFrame, model: PhaseModel, decoding: str, switch_penalty: float | None = None) -> DataFrame:
+    """``PHASES`` rows with each container's phases decoded by :func:`decode_container` (``decoding`` as
+    resolved by :func:`decoding_of`; ``switch_penalty`` in units of the model's :func:`switch_gap`), one
+    container per task; ``none`` leaves the rows as labelled."""
     from ai4dl.lake.schema import PHASES
 
-    if model.refinements:
-        raise ConfigError("label.smoothing 'viterbi' does not apply to a refined model (sub-phases); use 'none'")
-    gap = model.info.get("switch_gap")
-    if gap is None:
-        raise ConfigError(f"model {model.model_id} has no switch_gap (trained before smoothing existed): retrain it, "
-                          "or set label.smoothing none")
-    centers, penalty = np.asarray(model.centers, dtype=np.float64), float(switch_penalty) * float(gap)
+    decoding = decoding_of(model, decoding)
+    if decoding == "none":
+        return phases
+    centers, penalty = np.asarray(model.centers, dtype=np.float64), switch_cost(model, decoding, switch_penalty)
     names = PHASES.fieldNames()
 
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        return smooth_container(pdf, centers, penalty)[names]
+        return decode_container(pdf, centers, decoding, penalty)[names]
 
     return phases.groupBy("pod_id").applyInPandas(run, PHASES)
 
@@ -365,4 +414,8 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
     return windows.where("has_full_history").select(*cols).mapInArrow(run, schema)
 
 
-__all__ = ["assign", "check_compatible", "encode_windows", "label", "label_arrays", "label_batch", "nearest"]
+__all__ = [
+    "CAUSAL_DECODINGS", "DECODINGS", "DEFAULT_SWITCH_PENALTY", "assign", "check_compatible", "decode", "decode_container",
+    "decode_path", "decoding_of", "encode_windows", "forward_decode", "label", "label_arrays", "label_batch", "nearest",
+    "switch_cost", "viterbi",
+]

@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover - exercised by the no-mlflow test in a s
     PythonModel = object  # type: ignore[misc,assignment]
 
 MODEL_ARTIFACT = "model"  # the ai4dl model directory
-SERVING_ARTIFACT = "serving"  # serving.json: {"max_gap_seconds": ...}
+SERVING_ARTIFACT = "serving"  # serving.json: {"max_gap_seconds": ..., "decoding": ..., "switch_penalty": ...}
 
 
 class PhaseModelPyfunc(PythonModel):  # type: ignore[misc,valid-type]
@@ -40,7 +40,9 @@ class PhaseModelPyfunc(PythonModel):  # type: ignore[misc,valid-type]
     def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
         from ai4dl.method.serving import label_traces
 
-        return label_traces(self.model, pd.DataFrame(model_input), self.serving.get("max_gap_seconds"))
+        s = self.serving  # logged before decodings existed: each step's nearest phase, as then
+        return label_traces(self.model, pd.DataFrame(model_input), s.get("max_gap_seconds"), s.get("decoding", "none"),
+                            s.get("switch_penalty"))
 
 
 if set_model is not None:  # what MLflow picks up when it runs this file to load the model

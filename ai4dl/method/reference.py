@@ -51,7 +51,10 @@ def import_reference(path: str | Path) -> PhaseModel:
         )
     except ValueError as exc:
         raise ModelError(f"{path}: {exc}") from None
-    return PhaseModel(scaler, weights, np.asarray(d["kmeans_centers"]), info={"source": "AI4DL reference model", "imported_from": str(path)})
+    return PhaseModel(scaler, weights, np.asarray(d["kmeans_centers"]), info={
+        "source": "AI4DL reference model", "imported_from": str(path),
+        "decoding": "none",  # the original tool's: each window's nearest centre, whatever label.smoothing says
+    })
 
 
 def original_tool_phases(scaled: np.ndarray, reference: dict[str, Any]) -> np.ndarray:

@@ -16,7 +16,7 @@ import pandas as pd
 from ai4dl.errors import InputError
 from ai4dl.method.features import INPUTS, derive_segments, derived_of
 from ai4dl.lake.columns import POD_ID, SOURCE_COLUMNS, TS
-from ai4dl.method.labelling import label_batch
+from ai4dl.method.labelling import decode_path, decoding_of, label_batch, squared_distances, switch_cost
 from ai4dl.method.model import PhaseModel
 
 MILLIS_THRESHOLD = 1e11  # as ingest: a number this large is epoch milliseconds
@@ -42,9 +42,11 @@ def epoch_seconds(values: pd.Series) -> np.ndarray:
     return (parsed - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
 
 
-def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float | None = None) -> pd.DataFrame:
+def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float | None = None,
+                 decoding: str = "none", switch_penalty: float | None = None) -> pd.DataFrame:
     """``pod_id``, ``ts`` (epoch seconds), ``step``, ``phase`` (nullable Int32) and ``distance`` of every row of
-    ``traces``, in the input's row order (the input's index is kept).
+    ``traces``, in the input's row order (the input's index is kept); each container's phases decoded as the
+    label stage decodes them (``decoding``, ``switch_penalty``: :func:`ai4dl.method.labelling.decode`).
 
     ``traces`` has the export's columns (``pod.id``, ``timestamp``, ``cpu.usage``...) or the lake's
     (``pod_id``, ``ts``, ``cpu_usage``...). A container's rows must be unique per timestamp, as in bronze.
@@ -88,7 +90,16 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
         target = order[pos]
         x = x_all[target]
         cond = np.concatenate([x_all[order[pos - k]] for k in range(n, 0, -1)], axis=1)  # oldest first
-        ph, dist, _ = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+        ph, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+        decoding = decoding_of(model, decoding)
+        if decoding != "none":  # pos is in container-then-time order: decode each container's run of it
+            d2 = squared_distances(np.asarray(model.centers, dtype=np.float64), h)
+            penalty = switch_cost(model, decoding, switch_penalty)
+            owner = np.searchsorted(starts, pos, side="right")
+            for c in np.unique(owner):
+                rows = np.flatnonzero(owner == c)
+                path = decode_path(d2[rows], decoding, penalty)
+                ph[rows], dist[rows] = path, np.sqrt(d2[rows, path])
         phase[target] = ph.astype(np.int32)
         distance[target] = dist
     return pd.DataFrame(

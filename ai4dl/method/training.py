@@ -196,10 +196,11 @@ def train_distributed(x: np.ndarray, cond: np.ndarray, params: dict[str, Any], p
     )
 
 
-def score(model: PhaseModel, held_out: DataFrame, engine: str = "arrow", switch_penalty: float | None = None) -> dict[str, Any]:
+def score(model: PhaseModel, held_out: DataFrame, engine: str = "arrow", decoding: str = "none",
+          switch_penalty: float | None = None) -> dict[str, Any]:
     """Adjusted Rand index of the model's phases (decoded as ``label`` decodes them) vs ground truth on
     held-out windows (when the data has it)."""
-    labelled = model.transform(held_out, engine=engine, switch_penalty=switch_penalty).where(F.col("behaviour").isNotNull())
+    labelled = model.transform(held_out, engine=engine, decoding=decoding, switch_penalty=switch_penalty).where(F.col("behaviour").isNotNull())
     table, _, _ = contingency(labelled)
     if table.size == 0:
         return {}
@@ -223,7 +224,9 @@ def refine(model: PhaseModel, training_windows: DataFrame, phase: int, k_sub: in
     start = max(model.phase_ids) + 1
     ids = (phase, *range(start, start + k_sub - 1))
     refinements = {**model.refinements, phase: (sub, ids)}
-    return PhaseModel(model.scaler, model.crbm, model.centers, refinements, {**model.info, "refined": {str(phase): list(ids)}})
+    # sub-phases are assigned step by step (nearest sub-centre of the parent): no transition cost prices them
+    info = {**model.info, "refined": {str(phase): list(ids)}, "decoding": "none"}
+    return PhaseModel(model.scaler, model.crbm, model.centers, refinements, info)
 
 
 def _versions() -> dict[str, str]:

@@ -22,7 +22,10 @@ What it does, and why it gives the batch pipeline's answers:
   table scaled with that scaler, and a model change (possibly with another scaler) never meets history scaled
   by the previous one.
 * **Phases.** Full windows are labelled with :func:`ai4dl.method.labelling.label_batch`, the kernel of the
-  label stage; a step without full history gets a null phase, as in batch.
+  label stage, then decoded as the label stage decodes them (``Live.decoding``: the causal forward decoder by
+  default, resumed from the accumulated costs the state keeps, so a micro-batch boundary or a restart changes
+  nothing); a step without full history gets a null phase, as in batch. Viterbi needs the steps after a step:
+  a stream configured with it takes each step's nearest phase, and says so at start.
 * **Recommendation.** After the batch: the current phase (the last non-null one), since when it lasts (first
   step of its run; unlabelled steps do not break a run), the most likely next phase (the policy model's
   next-phase table, :func:`ai4dl.policies.nextphase.next_phase_table`) and what the deployed policies allocate for
@@ -43,7 +46,7 @@ import pandas as pd
 
 from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, STREAM_STATE_FIELDS, TS
 from ai4dl.method.features import LOOKBACK, derive, derived_of
-from ai4dl.method.labelling import label_batch
+from ai4dl.method.labelling import forward_decode, label_batch, squared_distances
 from ai4dl.method.model import PhaseModel
 from ai4dl.policies.live import Deployment, LivePolicies
 
@@ -65,6 +68,8 @@ class Live:
     max_gap_seconds: float | None = None
     next_phase: Mapping[int, tuple[int, float]] = field(default_factory=dict)  # the policy model's next-phase table
     phase_names: Mapping[int, str] = field(default_factory=dict)
+    decoding: str = "none"  # a causal one of ai4dl.method.labelling.CAUSAL_DECODINGS, as resolved for the model
+    switch_penalty: float = 0.0  # absolute (ai4dl.method.labelling.switch_cost)
 
     def name(self, phase: int | None) -> str | None:
         if phase is None:
@@ -76,12 +81,15 @@ def new_state(service: Any = None) -> dict[str, Any]:
     return {
         "service": service, "last_step": -1, "last_ts": -math.inf, "segment": 0, "history": [], "history_len": 0,
         "run_phase": None, "run_since_step": None, "run_since_ts": None, "late_samples": 0, "policy_state": None,
+        "decode_costs": None, "decode_model": None,
     }
 
 
 def state_from_tuple(values: Any) -> dict[str, Any]:
-    state = dict(zip(STATE_NAMES, values))
+    state = {**new_state(), **dict(zip(STATE_NAMES, values))}
     state["history"] = [float(v) if v is not None else math.nan for v in (state["history"] or [])]
+    if state["decode_costs"] is not None:
+        state["decode_costs"] = [float(v) for v in state["decode_costs"]]
     return state
 
 
@@ -185,6 +193,8 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
         # time-major, oldest first, as silver's history column: [x(t-n) features..., ..., x(t-1) features...]
         cond = np.stack([windows[i][:-1].ravel() for i in idx])
         ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+        if live.decoding == "forward":
+            ph, d = _decode_forward(h, st, live)
         phase[idx], dist[idx] = ph, d
         for j, row in zip(idx, h):
             acts[j] = row.tolist()
@@ -204,6 +214,19 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
             "model_id": live.model_id, "source_file": r.get("source_file"), "ingested_at": r.get("ingested_at"),
         })
     return out
+
+
+def _decode_forward(h: np.ndarray, st: dict[str, Any], live: Live) -> tuple[np.ndarray, np.ndarray]:
+    """Phases and distances of the batch's labelled steps (in time order) by the forward decoder, resumed from
+    the state's costs and current phase when they belong to this model (a new model starts afresh, as the
+    label stage relabels every step with it); the state then holds the costs after the last step."""
+    centers = np.asarray(live.model.centers, dtype=np.float64)
+    d2 = squared_distances(centers, h)
+    same = st.get("decode_model") == live.model_id and st.get("decode_costs") is not None
+    acc = np.asarray(st["decode_costs"], dtype=np.float64) if same else None
+    path, acc, _ = forward_decode(d2, live.switch_penalty, acc, st["run_phase"] if same else None)
+    st["decode_costs"], st["decode_model"] = [float(v) for v in acc], live.model_id
+    return path, np.sqrt(d2[np.arange(len(path)), path])
 
 
 def _features(block: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
