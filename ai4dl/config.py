@@ -266,6 +266,12 @@ class TrainConfig(_Section):
             raise ConfigError(f"train.k_range: {list(self.k_range)!r} is not allowed: [lo, hi] with 2 <= lo <= hi")
 
 
+DEFAULT_SWITCH_PENALTY = {"forward": 1.0, "viterbi": 10.0}
+"""The switching price per decoding (ai4dl.method.labelling.DECODINGS), in units of the model's switch gap.
+Chosen on the *training* containers of ``fleet-2026`` by ``bench/phase_quality.py`` (forward: the best of
+0.5-10 on their ARI; viterbi: the earlier sessions' choice on the same containers); see bench/README.md."""
+
+
 @dataclass(frozen=True)
 class LabelConfig(_Section):
     section: ClassVar[str] = "label"
@@ -275,7 +281,7 @@ class LabelConfig(_Section):
     # causal, the same in the label stage and the live stream; viterbi decodes whole traces (offline only); none
     # takes each step's nearest phase. A phase change is priced at switch_penalty x the model's typical margin of
     # squared distances (ai4dl.method.labelling.switch_gap); unset, the decoding's own default
-    # (labelling.DEFAULT_SWITCH_PENALTY: forward 1, viterbi 10, chosen on training containers).
+    # (DEFAULT_SWITCH_PENALTY above: forward 1, viterbi 10, chosen on training containers).
     smoothing: str = _key("forward", choices=("none", "forward", "viterbi"))
     switch_penalty: float | None = _key(None, lo=0)
 
@@ -284,8 +290,6 @@ class LabelConfig(_Section):
         """The switching penalty (units of the model's switch gap) of the configured decoding, None for none."""
         if self.smoothing == "none":
             return None
-        from ai4dl.method.labelling import DEFAULT_SWITCH_PENALTY
-
         return DEFAULT_SWITCH_PENALTY[self.smoothing] if self.switch_penalty is None else float(self.switch_penalty)
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import pandas as pd
+from ai4dl.config import DEFAULT_SWITCH_PENALTY
 from ai4dl.errors import ConfigError, ModelError
 from ai4dl.method.crbm import CRBMWeights, encode
 
@@ -128,12 +129,6 @@ DECODINGS = ("none", "forward", "viterbi")
 nearest phase; ``forward`` :func:`forward_decode` (causal: what the stream says at each step, the default);
 ``viterbi`` :func:`viterbi` over the whole trace (offline: needs the steps after)."""
 CAUSAL_DECODINGS = ("none", "forward")
-DEFAULT_SWITCH_PENALTY = {"forward": 1.0, "viterbi": 10.0}
-"""The switching price per decoding, in units of the model's :func:`switch_gap`. Chosen on the *training*
-containers of ``fleet-2026`` by ``bench/phase_quality.py`` (forward: the best of 0.5-10 on their ARI;
-viterbi: the earlier sessions' choice on the same containers); see bench/README.md."""
-
-
 def decoding_of(model: PhaseModel, configured: str) -> str:
     """The decoding ``model``'s phases get: the one it pins (``info["decoding"]``: the imported original model
     keeps the original tool's per-step labels, a refined model has sub-phases no transition cost prices), else
@@ -415,7 +410,7 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
 
 
 __all__ = [
-    "CAUSAL_DECODINGS", "DECODINGS", "DEFAULT_SWITCH_PENALTY", "assign", "check_compatible", "decode", "decode_container",
+    "CAUSAL_DECODINGS", "DECODINGS", "assign", "check_compatible", "decode", "decode_container",
     "decode_path", "decoding_of", "encode_windows", "forward_decode", "label", "label_arrays", "label_batch", "nearest",
     "switch_cost", "viterbi",
 ]
