@@ -346,14 +346,13 @@ def import_reference_model(cfg: Config, lake: Any, path: str, name: str = "refer
 def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     """Silver -> phases (replaced atomically), after checking the model fits the silver table."""
     from ai4dl.behaviour.naming import names_of
-    from ai4dl.method.labelling import check_compatible, decoding_of
+    from ai4dl.method.labelling import check_compatible, resolve_decoding
 
     phase_model, path = resolve_model(cfg, model)
     print(f"label: model {phase_model.model_id} from {path}")
     silver, scaler, n_history = _silver(lake)
     check_compatible(phase_model, scaler.features, n_history, scaler.digest)
-    decoding = decoding_of(phase_model, cfg.label.smoothing)
-    penalty = cfg.label.penalty if decoding == cfg.label.smoothing else None
+    decoding, penalty = resolve_decoding(phase_model, cfg.label.smoothing, cfg.label.penalty)
     print(f"label: decoding {decoding}" + (f", switch penalty {penalty:g} x the switch gap" if penalty else "")
           + ("" if decoding == cfg.label.smoothing else " (the model's own; label.smoothing is not applied)"))
     phases = phase_model.transform(silver, engine=cfg.label.engine, decoding=decoding, switch_penalty=penalty)
@@ -535,7 +534,7 @@ def live_inputs(cfg: Config, model: Any, model_id: str, policy_model: Any, polic
     from ai4dl.behaviour.naming import names_of
     from ai4dl.errors import ModelError
     from ai4dl.lake.columns import DERIVED_FEATURES, METRICS
-    from ai4dl.method.labelling import CAUSAL_DECODINGS, decoding_of, switch_cost
+    from ai4dl.method.labelling import CAUSAL_DECODINGS, resolve_decoding, switch_cost
     from ai4dl.policies.live import Deployment
     from ai4dl.policies.model import check_phase_model
     from ai4dl.stream.online import Live
@@ -546,10 +545,10 @@ def live_inputs(cfg: Config, model: Any, model_id: str, policy_model: Any, polic
     if unknown:
         raise ModelError(f"model features {unknown} are neither bronze metric columns nor derived features")
     check_phase_model(policy_model, policy_path, model_id)
-    decoding = decoding_of(model, cfg.label.smoothing)
+    decoding, multiplier = resolve_decoding(model, cfg.label.smoothing, cfg.label.penalty)
     if decoding not in CAUSAL_DECODINGS:
         decoding = "none"  # viterbi needs the steps after: the stream says so at start
-    penalty = switch_cost(model, decoding, cfg.label.penalty if decoding == cfg.label.smoothing else None)
+    penalty = switch_cost(model, decoding, multiplier)
     return Live(
         model=model, model_id=model_id, n_history=cfg.window.n_history,
         deployment=Deployment.of(policy_model, cfg.stream.policy), max_gap_seconds=cfg.window.max_gap_seconds,
@@ -568,6 +567,7 @@ def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: boo
     """Bronze, as it grows -> phases (appended) and gold recommendations, until bronze is drained
     (``stream.trigger: availableNow``) or stopped (``continuous``). See :mod:`ai4dl.stream.query`."""
     from ai4dl.lake import tables
+    from ai4dl.method.labelling import CAUSAL_DECODINGS
     from ai4dl.method.model import latest_version, load
     from ai4dl.stream.query import run_stream
 
@@ -597,7 +597,7 @@ def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: boo
         print(f"stream: {text}")
         tables.log_event(lake, run_id, "stream", cfg.digest, started, "model", text)
 
-    if cfg.label.smoothing not in ("none", "forward"):
+    if cfg.label.smoothing not in CAUSAL_DECODINGS:
         print(f"stream: phases are decoded as samples arrive; label.smoothing {cfg.label.smoothing!r} decodes whole "
               "traces and applies to the batch label stage only: the stream takes each step's nearest phase")
     if s.input:

@@ -129,6 +129,8 @@ DECODINGS = ("none", "forward", "viterbi")
 nearest phase; ``forward`` :func:`forward_decode` (causal: what the stream says at each step, the default);
 ``viterbi`` :func:`viterbi` over the whole trace (offline: needs the steps after)."""
 CAUSAL_DECODINGS = ("none", "forward")
+
+
 def decoding_of(model: PhaseModel, configured: str) -> str:
     """The decoding ``model``'s phases get: the one it pins (``info["decoding"]``: the imported original model
     keeps the original tool's per-step labels, a refined model has sub-phases no transition cost prices), else
@@ -146,6 +148,13 @@ def decoding_of(model: PhaseModel, configured: str) -> str:
     return configured
 
 
+def resolve_decoding(model: PhaseModel, configured: str, multiplier: float | None) -> tuple[str, float | None]:
+    """:func:`decoding_of` and the penalty multiplier that goes with it: the configured one, or None (the
+    decoding's default) when the model's pinned decoding replaced the configured one."""
+    decoding = decoding_of(model, configured)
+    return decoding, (multiplier if decoding == configured else None)
+
+
 def switch_cost(model: PhaseModel, decoding: str, multiplier: float | None = None) -> float:
     """The absolute switching penalty of ``decoding``: ``multiplier`` (default
     :data:`DEFAULT_SWITCH_PENALTY`) x the model's ``switch_gap``; 0 for ``none``."""
@@ -155,13 +164,16 @@ def switch_cost(model: PhaseModel, decoding: str, multiplier: float | None = Non
     return m * float(model.info["switch_gap"])
 
 
-def decode_path(d2: np.ndarray, decoding: str, penalty: float) -> np.ndarray:
-    """The phases of one container's labelled steps in time order from their squared distances."""
+def decode_path(d2: np.ndarray, decoding: str, penalty: float) -> tuple[np.ndarray, np.ndarray]:
+    """The phases of one container's labelled steps in time order from their squared distances, and each
+    step's distance to the phase it gets."""
     if decoding == "forward":
-        return forward_decode(d2, penalty)[0]
-    if decoding == "viterbi":
-        return viterbi(d2, penalty)
-    return np.argmin(d2, axis=1) if len(d2) else np.zeros(0, dtype=np.int64)
+        path = forward_decode(d2, penalty)[0]
+    elif decoding == "viterbi":
+        path = viterbi(d2, penalty)
+    else:
+        path = np.argmin(d2, axis=1) if len(d2) else np.zeros(0, dtype=np.int64)
+    return path, np.sqrt(d2[np.arange(len(path)), path])
 
 
 def decode_container(pdf: pd.DataFrame, centers: np.ndarray, decoding: str, penalty: float) -> pd.DataFrame:
@@ -173,11 +185,11 @@ def decode_container(pdf: pd.DataFrame, centers: np.ndarray, decoding: str, pena
     if has.any():
         h = np.stack([np.asarray(a, dtype=np.float64) for a in pdf.loc[has, "activations"]])
         d2 = squared_distances(centers, h)
-        path = decode_path(d2, decoding, penalty)
+        path, chosen = decode_path(d2, decoding, penalty)
         phase = pdf["phase"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
         dist = pdf["distance"].to_numpy(dtype=float, na_value=np.nan) if "distance" in pdf else np.full(len(pdf), np.nan)
         phase[has] = path
-        dist[has] = np.sqrt(d2[np.arange(len(path)), path])
+        dist[has] = chosen
         pdf["phase"] = pd.array(np.where(np.isnan(phase), None, phase), dtype="Int32")
         pdf["distance"] = dist
     return pdf
@@ -411,6 +423,6 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
 
 __all__ = [
     "CAUSAL_DECODINGS", "DECODINGS", "assign", "check_compatible", "decode", "decode_container",
-    "decode_path", "decoding_of", "encode_windows", "forward_decode", "label", "label_arrays", "label_batch", "nearest",
+    "decode_path", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch", "nearest",
     "switch_cost", "viterbi",
 ]

@@ -98,8 +98,7 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
             owner = np.searchsorted(starts, pos, side="right")
             for c in np.unique(owner):
                 rows = np.flatnonzero(owner == c)
-                path = decode_path(d2[rows], decoding, penalty)
-                ph[rows], dist[rows] = path, np.sqrt(d2[rows, path])
+                ph[rows], dist[rows] = decode_path(d2[rows], decoding, penalty)
         phase[target] = ph.astype(np.int32)
         distance[target] = dist
     return pd.DataFrame(
