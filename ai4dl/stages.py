@@ -224,23 +224,18 @@ def ingest(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = N
 @stage("window")
 def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Output:
     """Bronze -> silver windows, scaled with statistics fitted on the training containers (or a model's)."""
-    from ai4dl.method.features import with_derived
     from ai4dl.method.model import load
     from ai4dl.method.scaler import Scaler
-    from ai4dl.method.windowing import build_windows, silver_properties, window_inputs
+    from ai4dl.method.windowing import build_windows, silver_properties, window_inputs, with_derived
 
     w = cfg.window
     source = scaler_from_model or w.scaler_from_model
-    given = load(source).scaler if source else None
+    scaler = load(source).scaler if source else None
     raw = window_inputs(lake.read("bronze"))
-    bronze = with_derived(raw, given.features if given else w.features, w.max_gap_seconds)
-    if bronze is not raw:
-        bronze = bronze.cache()  # the derived features are computed once for the scaler's fit and the windows
-    scaler = given or Scaler.fit(ContainerSplit.of(w).training(bronze), w.features)
-    silver = build_windows(bronze, scaler, w.n_history, w.max_gap_seconds)
+    if scaler is None:  # fitted on the training containers' features (derived ones computed for them alone)
+        scaler = Scaler.fit(with_derived(ContainerSplit.of(w).training(raw), w.features, w.max_gap_seconds), w.features)
+    silver = build_windows(raw, scaler, w.n_history, w.max_gap_seconds)
     written = lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
-    if bronze is not raw:
-        bronze.unpersist()
     counts = {r["has_full_history"]: r["count"] for r in lake.read("silver").groupBy("has_full_history").count().collect()}
     total = sum(counts.values())
     print(f"silver: {total} windows ({counts.get(True, 0)} with full history, {counts.get(False, 0)} without)")
@@ -346,7 +341,7 @@ def import_reference_model(cfg: Config, lake: Any, path: str, name: str = "refer
 def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     """Silver -> phases (replaced atomically), after checking the model fits the silver table."""
     from ai4dl.behaviour.naming import names_of
-    from ai4dl.method.labelling import check_compatible, resolve_decoding
+    from ai4dl.method.labelling import check_compatible, label_windows, resolve_decoding
 
     phase_model, path = resolve_model(cfg, model)
     print(f"label: model {phase_model.model_id} from {path}")
@@ -355,7 +350,7 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     decoding, penalty = resolve_decoding(phase_model, cfg.label.smoothing, cfg.label.penalty)
     print(f"label: decoding {decoding}" + (f", switch penalty {penalty:g} x the switch gap" if penalty else "")
           + ("" if decoding == cfg.label.smoothing else " (the model's own; label.smoothing is not applied)"))
-    phases = phase_model.transform(silver, engine=cfg.label.engine, decoding=decoding, switch_penalty=penalty)
+    phases = label_windows(silver, phase_model, engine=cfg.label.engine, decoding=decoding, switch_penalty=penalty)
     properties = {"ai4dl.model_id": phase_model.model_id, "ai4dl.decoding": decoding,
                   "ai4dl.switch_penalty": "" if penalty is None else repr(float(penalty))}
     written = lake.overwrite("phases", phases, properties=properties)

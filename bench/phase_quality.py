@@ -128,6 +128,7 @@ def main(argv=None) -> int:
     from ai4dl import stages
     from ai4dl.lake.session import get_spark
     from ai4dl.lake.tables import Lake
+    from ai4dl.method.labelling import label_windows
     from ai4dl.method.quality import phase_quality
     from ai4dl.method.split import ContainerSplit
 
@@ -166,7 +167,7 @@ def main(argv=None) -> int:
     if args.stability_seed is not None:
         other = stages.train(cfg.replace(train={"seed": args.stability_seed}), spark).details["model"]
         windows = ContainerSplit.of(cfg.window).held_out(lake.read("silver").where("has_full_history"))
-        theirs = other.transform(windows, engine=cfg.label.engine, decoding=cfg.label.smoothing, switch_penalty=cfg.label.penalty).select("pod_id", "ts", F.col("phase").alias("b"))
+        theirs = label_windows(windows, other, engine=cfg.label.engine, decoding=cfg.label.smoothing, switch_penalty=cfg.label.penalty).select("pod_id", "ts", F.col("phase").alias("b"))
         pair = held.select("pod_id", "ts", F.col("phase").alias("a")).join(theirs, ["pod_id", "ts"]).toPandas()
         agreement = phase_quality(pair["a"].tolist(), pair["b"].tolist())["ari"]
         result.update(stability_seed=args.stability_seed, stability_ari=round(agreement, 4))

@@ -173,11 +173,12 @@ if reference_model is not None:
 # COMMAND ----------
 
 from ai4dl.method.clustering import adjusted_rand_index, contingency
+from ai4dl.method.labelling import label_windows
 
 trained = stages.train(cfg, spark)
 fresh_model, fresh_dir = trained.details["model"], trained.details["path"]
 
-fresh_phases = fresh_model.transform(lake.read("silver")).select("pod_id", "ts", "phase")
+fresh_phases = label_windows(lake.read("silver"), fresh_model).select("pod_id", "ts", "phase")
 if reference_model is not None:
     ref_phases = lake.read("phases").select("pod_id", "ts", "phase")
     both = ref_phases.withColumnRenamed("phase", "reference").join(fresh_phases.withColumnRenamed("phase", "fresh"), ["pod_id", "ts"])

@@ -13,8 +13,9 @@ from pyspark.sql import functions as F
 from ai4dl import stages
 from ai4dl.errors import ConfigError, InputError
 from ai4dl.lake.tables import Lake
-from ai4dl.method.features import BEHAVIOUR_FEATURES, derive, derive_segments, with_derived
-from ai4dl.method.labelling import decode_container, forward_decode, squared_distances, switch_gap, viterbi
+from ai4dl.method.features import BEHAVIOUR_FEATURES, derive, derive_segments
+from ai4dl.method.labelling import decode_container, forward_decode, label_windows, squared_distances, switch_gap, viterbi
+from ai4dl.method.windowing import segments, with_derived
 from tests.configs import config_under
 
 # ----------------------------------------------------------------------------------------------- pure
@@ -51,7 +52,7 @@ def test_derived_features_by_hand():
 def test_derived_features_restart_after_a_gap():
     pdf = _trace(12)
     secs = np.r_[np.arange(6) * 10.0, 1000.0 + np.arange(6) * 10.0]
-    out = derive_segments(pdf, ("cpu_frac_min10",), secs, max_gap_seconds=100)
+    out = derive_segments(pdf, ("cpu_frac_min10",), segments(secs, max_gap_seconds=100))
     again = derive(pdf.iloc[6:].reset_index(drop=True), ("cpu_frac_min10",))
     np.testing.assert_allclose(out["cpu_frac_min10"].to_numpy()[6:], again["cpu_frac_min10"].to_numpy())
 
@@ -141,7 +142,7 @@ def decoded(spark, test_config, tmp_path_factory, dlaas_sample):
     stages.label(cfg, spark)
     lake = Lake.for_config(spark, cfg)
     model = trained.details["model"]
-    raw = model.transform(lake.read("silver")).toPandas()
+    raw = label_windows(lake.read("silver"), model).toPandas()
     return SimpleNamespace(cfg=cfg, lake=lake, model=model, raw=raw, phases=lake.read("phases").toPandas())
 
 
@@ -197,7 +198,7 @@ def test_forward_decoding_is_the_same_in_batch_serving_and_the_stream(decoded, d
     from ai4dl.stream.online import Live, advance, state_from_tuple, state_to_tuple
 
     model = decoded.model
-    batch = model.transform(decoded.lake.read("silver"), decoding="forward").toPandas()
+    batch = label_windows(decoded.lake.read("silver"), model, decoding="forward").toPandas()
     batch = batch.assign(ts_s=batch["ts"].astype("int64") // 10**9).sort_values(["pod_id", "ts"]).reset_index(drop=True)
     assert (batch["phase"] != decoded.raw.sort_values(["pod_id", "ts"])["phase"].to_numpy()).any()  # it decodes
     sample = pd.read_csv(dlaas_sample)

@@ -12,7 +12,7 @@ from ai4dl import stages
 from ai4dl.errors import InputError
 from ai4dl.lake.tables import Lake
 from ai4dl.method.clustering import adjusted_rand_index, fit_centers, fit_centers_local
-from ai4dl.method.labelling import forward_decode, label_arrays, squared_distances, switch_cost
+from ai4dl.method.labelling import forward_decode, label_arrays, label_windows, squared_distances, switch_cost
 from ai4dl.method.model import ModelError, PhaseModel
 from ai4dl.method.split import ContainerSplit
 from ai4dl.method.training import PhaseEstimator, refine
@@ -74,14 +74,14 @@ def test_pandas_and_arrow_engines_agree(spark, fleet):
     silver = lake.read("silver")
     pods = [r[0] for r in silver.select("pod_id").distinct().orderBy("pod_id").limit(2).collect()]
     part = silver.where(F.col("pod_id").isin(pods))
-    a = model.transform(part, engine="arrow").orderBy("pod_id", "step").toPandas()
-    p = model.transform(part, engine="pandas").orderBy("pod_id", "step").toPandas()
+    a = label_windows(part, model, engine="arrow").orderBy("pod_id", "step").toPandas()
+    p = label_windows(part, model, engine="pandas").orderBy("pod_id", "step").toPandas()
     assert a["phase"].isna().tolist() == p["phase"].isna().tolist()
     assert a["phase"].dropna().astype(int).tolist() == p["phase"].dropna().astype(int).tolist()
     for x, y in zip(a["activations"], p["activations"]):
         assert (x is None and y is None) or np.allclose(x, y)
     with pytest.raises(ValueError, match="engine"):
-        model.transform(part, engine="numba")
+        label_windows(part, model, engine="numba")
 
 
 def test_steps_without_history_get_no_phase(spark, fleet):

@@ -393,13 +393,13 @@ def test_no_import_cycle_runs_through_config(project_root):
     assert not [c for c in nx.simple_cycles(graph) if "ai4dl.config" in c]
 
 
-def test_the_phase_model_uses_the_labeller_not_the_other_way_round(project_root):
-    """``method.model`` labels through ``method.labelling``; the labeller knows the model only by its annotations:
-    no module of the method imports one that imports it back at run time."""
+def test_the_labeller_uses_the_phase_model_not_the_other_way_round(project_root):
+    """``method.labelling`` applies a ``method.model``; the model (numbers, save, load) imports nothing of the
+    labeller, not even lazily or for annotations: no module of the method imports one that imports it back."""
     import networkx as nx
 
-    graph = _import_graph(project_root, runtime_only=True)
-    assert graph.has_edge("ai4dl.method.model", "ai4dl.method.labelling")
-    assert not graph.has_edge("ai4dl.method.labelling", "ai4dl.method.model")
+    graph = _import_graph(project_root)
+    assert graph.has_edge("ai4dl.method.labelling", "ai4dl.method.model")
+    assert not graph.has_edge("ai4dl.method.model", "ai4dl.method.labelling")
     method = graph.subgraph([n for n in graph if n.startswith("ai4dl.method.")])
     assert not list(nx.simple_cycles(method))

@@ -23,6 +23,7 @@ import pytest
 
 from ai4dl import stages
 from ai4dl.lake.tables import Lake
+from ai4dl.method.labelling import label_windows
 from ai4dl.method.model import load
 from ai4dl.policies.live import Deployment
 from ai4dl.policies.model import load as load_policies
@@ -71,13 +72,13 @@ def batch(spark, tmp_path_factory, test_config, dlaas_sample, reference_model):
     stages.window(cfg, spark, scaler_from_model=reference_dir)
     reference = load(reference_dir)
     lake = Lake.for_config(spark, cfg)
-    acts = np.stack(reference.transform(lake.read("silver")).where("activations IS NOT NULL").toPandas()["activations"])
+    acts = np.stack(label_windows(lake.read("silver"), reference).where("activations IS NOT NULL").toPandas()["activations"])
     info = {k: v for k, v in reference.info.items() if k != "decoding"}
     decodable = replace(reference, info={**info, "switch_gap": switch_gap(reference.centers, acts)})
     model_dir = str(save_version(decodable, cfg.lake.models, "reference-forward"))
     assert cfg.label.smoothing == "forward"
     stages.label(cfg, spark, model=model_dir)
-    nearest = reference.transform(lake.read("silver")).toPandas().sort_values(KEY)["phase"].astype("Int64").fillna(-1)
+    nearest = label_windows(lake.read("silver"), reference).toPandas().sort_values(KEY)["phase"].astype("Int64").fillna(-1)
     decoded = _phases(lake)["phase"].astype("Int64").fillna(-1)
     assert (decoded.to_numpy() != nearest.to_numpy()).sum() >= 3  # the decoder changes phases: its state matters
     policies = stages.policies(cfg, spark).details["path"]

@@ -10,7 +10,7 @@ import pytest
 
 from ai4dl.method.scaler import Scaler
 from ai4dl.lake.schema import BRONZE, SILVER
-from ai4dl.method.windowing import build_windows
+from ai4dl.method.windowing import build_windows, container_windows
 
 FEATURES = ("cpu_usage_cores", "mem_current")
 T0 = datetime(2024, 1, 1)
@@ -84,3 +84,36 @@ def test_bad_arguments(spark):
         build_windows(bronze, Scaler.fit(bronze, FEATURES), 0)
     with pytest.raises(ValueError, match="lacks"):
         build_windows(bronze.drop("mem_current"), Scaler(FEATURES, (0.0, 0.0), (1.0, 1.0)), 2)
+
+
+def test_spark_windows_are_the_kernel_run_per_container(spark):
+    """The window stage's Spark rows are :func:`container_windows` on each container's ordered samples, the
+    kernel the served model and the stream call: derived features restarted after a gap, a zero limit's
+    window not labelled, arrival order irrelevant."""
+    from ai4dl.lake.columns import BEHAVIOUR_FEATURES
+
+    secs = [*range(0, 400, 10), *range(2000, 2300, 10)]  # a gap after 40 samples
+    spec = [("p", s, 1.0 + (i % 7) * 0.4, 1e9 * (1 + (i % 5))) for i, s in enumerate(secs)]
+    spec += [("q", s, 2.0 + (i % 3), 5e8 * (1 + i % 4)) for i, s in enumerate(range(0, 300, 30))]
+    rows = bronze_rows(spec)
+    rows[45] = rows[45][:9] + (0.0,) + rows[45][10:]  # p's 46th sample: a zero memory limit
+    shuffled = [rows[i] for i in np.random.default_rng(3).permutation(len(rows))]
+    bronze = spark.createDataFrame(shuffled, BRONZE)
+    features = ("cpu_usage_cores", *BEHAVIOUR_FEATURES)
+    scaler = Scaler(features, tuple(0.1 * i for i in range(len(features))), tuple(1.0 + i for i in range(len(features))))
+    got = build_windows(bronze, scaler, n_history=3, max_gap_seconds=300).orderBy("pod_id", "step").toPandas()
+    assert not got.loc[(got.pod_id == "p") & got.step.between(45, 48), "has_full_history"].any()
+    for pod, g in pd.DataFrame(rows, columns=BRONZE.fieldNames()).groupby("pod_id"):
+        g = g.sort_values("ts").reset_index(drop=True)
+        seconds = ((g["ts"] - pd.Timestamp(T0)) / pd.Timedelta(seconds=1)).to_numpy()
+        want = container_windows(g, seconds, scaler, 3, max_gap_seconds=300)
+        mine = got[got.pod_id == pod].reset_index(drop=True)
+        assert mine["step"].tolist() == list(range(len(g)))
+        assert mine["segment"].tolist() == want.segment.tolist()
+        assert mine["has_full_history"].tolist() == want.full.tolist()
+        assert mine["history"].isna().tolist() == (~want.has_history).tolist()
+        for i in range(len(g)):
+            np.testing.assert_allclose(np.array(mine["features"][i], dtype=float), want.features[i], rtol=1e-12, equal_nan=True)
+            if want.has_history[i]:
+                np.testing.assert_allclose(np.array(mine["history"][i], dtype=float), want.history[i], rtol=1e-12, equal_nan=True)
+    assert got[got.pod_id == "p"]["segment"].max() == 1

@@ -10,7 +10,7 @@ behaviours.
 
 Every feature at step t uses only steps <= t of the same container (and segment, when gaps split a trace),
 so batch windows, the live stream and the pyfunc model compute the same numbers: one pandas definition,
-:func:`derive`, applied per container everywhere (in Spark through ``applyInPandas``).
+:func:`derive`, applied per container everywhere (by :func:`ai4dl.method.windowing.container_windows`).
 
 >>> import pandas as pd
 >>> pdf = pd.DataFrame({"cpu_usage_cores": [1.0, 2.0, 1.0], "cpu_num_cores": 4.0,
@@ -24,7 +24,7 @@ so batch windows, the live stream and the pyfunc model compute the same numbers:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -130,49 +130,17 @@ def derive(pdf: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     return out
 
 
-def derive_segments(pdf: pd.DataFrame, features: Sequence[str], seconds: np.ndarray,
-                    max_gap_seconds: float | None) -> pd.DataFrame:
-    """:func:`derive` over one container's rows in time order, restarted after every gap longer than
-    ``max_gap_seconds`` (``seconds``: the rows' epoch seconds), as windows restart their history there."""
+def derive_segments(pdf: pd.DataFrame, features: Sequence[str], segment: np.ndarray) -> pd.DataFrame:
+    """:func:`derive` over one container's rows in time order, restarted at every new ``segment`` (one id per
+    row, :func:`ai4dl.method.windowing.segments`), as windows restart their history there."""
     if not derived_of(features):
         return pdf
-    if not max_gap_seconds or len(pdf) < 2:
+    segment = np.asarray(segment)
+    cuts = np.flatnonzero(segment[1:] != segment[:-1]) + 1
+    if not len(cuts):
         return derive(pdf, features)
-    cuts = np.flatnonzero(np.diff(np.asarray(seconds, dtype=float)) > float(max_gap_seconds)) + 1
     bounds = [0, *cuts.tolist(), len(pdf)]
     return pd.concat([derive(pdf.iloc[a:b], features) for a, b in zip(bounds[:-1], bounds[1:])])
 
 
-def with_derived(df: Any, features: Sequence[str], max_gap_seconds: float | None = None) -> Any:
-    """A Spark DataFrame of trace rows (``pod_id``, ``ts``, the metrics) with the derived ``features`` added,
-    computed per container in time order by :func:`derive_segments` (``df`` unchanged without any)."""
-    wanted = derived_of(features)
-    if not wanted:
-        return df
-    from pyspark.sql.types import DoubleType, StructField, StructType
-
-    missing = [c for c in INPUTS if c not in df.columns]
-    if missing:
-        raise InputError(f"derived features {list(wanted)} need column(s) {missing}")
-    schema = StructType([*df.schema.fields, *(StructField(n, DoubleType(), True) for n in wanted)])
-
-    def per_container(table: Any) -> Any:
-        # Arrow in and out: only the four inputs become pandas (as float columns, nulls NaN, as pandas would
-        # give them); the rows' other columns (ids, service, ground truth) pass through without conversion.
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        table = table.take(pc.sort_indices(table, sort_keys=[("ts", "ascending")]))
-        pdf = pd.DataFrame({c: table.column(c).to_numpy(zero_copy_only=False) for c in INPUTS})
-        micros = table.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
-        secs = (micros.astype(np.int64) * 1000).astype(np.float64) / 1e9  # as pandas' ns timedelta / 1 s
-        out = derive_segments(pdf, wanted, secs, max_gap_seconds)
-        for name in wanted:
-            # NaN (a share of an unknown limit) becomes null, as pandas output does through Arrow
-            table = table.append_column(name, pa.array(out[name].to_numpy(dtype=np.float64), type=pa.float64(), from_pandas=True))
-        return table
-
-    return df.groupBy("pod_id").applyInArrow(per_container, schema)
-
-
-__all__ = ["BEHAVIOUR_FEATURES", "DERIVED", "INPUTS", "LOOKBACK", "derive", "derive_segments", "derived_of", "with_derived"]
+__all__ = ["BEHAVIOUR_FEATURES", "DERIVED", "INPUTS", "LOOKBACK", "derive", "derive_segments", "derived_of"]

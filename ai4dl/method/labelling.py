@@ -22,11 +22,10 @@ import pandas as pd
 from ai4dl.config import DEFAULT_SWITCH_PENALTY
 from ai4dl.errors import ConfigError, ModelError
 from ai4dl.method.crbm import CRBMWeights, encode
+from ai4dl.method.model import PhaseModel  # the labeller applies a model; the model knows nothing of labelling
 
 if TYPE_CHECKING:  # pragma: no cover - the kernel runs without Spark; the engines need it
     from pyspark.sql import DataFrame
-
-    from ai4dl.method.model import PhaseModel  # the model uses the labeller, not the other way round
 
 
 def nearest(centers: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -296,6 +295,15 @@ def decode(phases: DataFrame, model: PhaseModel, decoding: str, switch_penalty: 
     return phases.groupBy("pod_id").applyInPandas(run, PHASES)
 
 
+def label_windows(windows: DataFrame, model: PhaseModel, engine: str = "arrow", model_id: str | None = None,
+                  decoding: str = "none", switch_penalty: float | None = None) -> DataFrame:
+    """Silver windows -> phases rows (schema ``PHASES``), labelled in the executors batch by batch, then with a
+    ``decoding`` other than ``none`` each container's phases decoded over its steps in time order
+    (:func:`decode`; ``switch_penalty`` in units of the switch gap). Lazy, like a fitted ``pyspark.ml`` model's
+    ``transform``; :func:`label_arrays` does the same on numpy arrays."""
+    return decode(label(windows, model, model_id, engine), model, decoding, switch_penalty)
+
+
 def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, engine: str = "arrow") -> DataFrame:
     """Phases rows (schema :data:`ai4dl.schema.PHASES`) for a silver DataFrame."""
     from ai4dl.lake.schema import PHASES
@@ -423,6 +431,7 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
 
 __all__ = [
     "CAUSAL_DECODINGS", "DECODINGS", "assign", "check_compatible", "decode", "decode_container",
-    "decode_path", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch", "nearest",
+    "decode_path", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
+    "label_windows", "nearest",
     "switch_cost", "viterbi",
 ]

@@ -89,19 +89,6 @@ class PhaseModel:
         h.update(json.dumps({str(p): list(ids) for p, (_, ids) in self.refinements.items()}, sort_keys=True).encode())
         return h.hexdigest()[:16]
 
-    def transform(self, windows: Any, engine: str = "arrow", model_id: str | None = None,
-                  decoding: str = "none", switch_penalty: float | None = None) -> Any:
-        """Silver windows -> phases rows (schema ``PHASES``), labelled in the executors batch by batch.
-
-        Like a fitted ``pyspark.ml`` model: lazy, returns a DataFrame; see :mod:`ai4dl.method.labelling` for
-        the engines and :func:`ai4dl.method.labelling.label_arrays` for the same on numpy arrays. With a
-        ``decoding`` other than ``none``, each container's phases are then decoded over its steps in time
-        order (:func:`ai4dl.method.labelling.decode`; ``switch_penalty`` in units of the switch gap).
-        """
-        from ai4dl.method.labelling import decode, label
-
-        return decode(label(windows, self, model_id, engine), self, decoding, switch_penalty)
-
     def with_info(self, **info: Any) -> "PhaseModel":
         return replace(self, info={**self.info, **info})
 

@@ -1,11 +1,11 @@
 """Phases of raw traces in a pandas frame, without Spark: what a served model (MLflow pyfunc) answers.
 
 A request carries raw samples (the export's columns, several containers, any row order), not silver windows.
-The batch path is reproduced step by step so the phases are the ones the ``label`` stage writes: samples
-of a container ordered by time, scaled with the model's scaler, each step windowed with its ``n_history``
-predecessors (time-major, oldest first, restarting after a gap longer than ``max_gap_seconds``, as
-:func:`ai4dl.method.windowing.build_windows`), then labelled by the same kernel
-(:func:`ai4dl.method.labelling.label_batch`). Steps without full history get no phase, never a guess.
+The batch path's kernels are called on them, so the phases are the ones the ``label`` stage writes: each
+container's samples ordered by time and windowed by the window stage's kernel
+(:func:`ai4dl.method.windowing.container_windows`: segments, derived features, scaling with the model's scaler),
+labelled by the label stage's (:func:`ai4dl.method.labelling.label_batch`) and decoded as it decodes them.
+Steps without full history get no phase, never a guess.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 
 from ai4dl.errors import InputError
-from ai4dl.method.features import INPUTS, derive_segments, derived_of
+from ai4dl.method.features import INPUTS, derived_of
 from ai4dl.lake.columns import POD_ID, SOURCE_COLUMNS, TS
 from ai4dl.method.labelling import decode_path, decoding_of, label_batch, squared_distances, switch_cost
 from ai4dl.method.model import PhaseModel
+from ai4dl.method.windowing import container_windows
 
 MILLIS_THRESHOLD = 1e11  # as ingest: a number this large is epoch milliseconds
 
@@ -62,43 +63,35 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
     # Row positions ordered by container, then time (a stable sort keeps the input order of equal keys).
     order = np.lexsort((ts, pods))
     starts = np.r_[0, np.flatnonzero(pods[order][1:] != pods[order][:-1]) + 1] if len(order) else np.zeros(0, int)
-    containers = np.split(order, starts[1:])  # each container's row positions, in time order
-    if derived:  # per container in time order, as the window stage computes them
-        values = np.full((len(frame), len(derived)), np.nan)
-        for rows in containers:
-            part = frame.iloc[rows].reset_index(drop=True)
-            values[rows] = derive_segments(part, derived, ts[rows], max_gap_seconds)[list(derived)].to_numpy(dtype=float)
-        frame = frame.assign(**{name: values[:, i] for i, name in enumerate(derived)})
-    x_all = model.scaler.transform(frame[list(model.features)].to_numpy(dtype=np.float64))
-    n = model.n_history
     step = np.zeros(len(frame), dtype=np.int64)
-    windows: list[int] = []  # positions (into the sorted order) of steps with full history
-    for start, rows in zip(starts, containers):
+    labelled: list[np.ndarray] = []  # per container, the row positions of its full windows, in time order
+    xs: list[np.ndarray] = []
+    conds: list[np.ndarray] = []
+    try:
+        values = frame[list(dict.fromkeys(needed))].astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"traces: a feature column is not numeric ({exc})") from None
+    for rows in np.split(order, starts[1:]) if len(order) else []:  # each container's row positions, in time order
         step[rows] = np.arange(len(rows))
-        seg_start = 0
-        for j in range(len(rows)):
-            if j and max_gap_seconds and ts[rows[j]] - ts[rows[j - 1]] > max_gap_seconds:
-                seg_start = j
-            if j - seg_start >= n:
-                windows.append(start + j)
+        part = values.iloc[rows].reset_index(drop=True)
+        w = container_windows(part, ts[rows], model.scaler, model.n_history, max_gap_seconds)
+        labelled.append(rows[w.full])
+        xs.append(w.features[w.full])
+        conds.append(w.history[w.full])
     phase = pd.array([pd.NA] * len(frame), dtype="Int32")
     distance = np.full(len(frame), np.nan)
-    pos = np.asarray(windows, dtype=np.int64)
-    finite = np.isfinite(x_all).all(axis=1)  # a window with a non-finite feature is not labelled (as in silver)
-    pos = pos[finite[order[pos]] & np.all([finite[order[pos - k]] for k in range(1, n + 1)], axis=0)]
-    if len(pos):
-        target = order[pos]
-        x = x_all[target]
-        cond = np.concatenate([x_all[order[pos - k]] for k in range(n, 0, -1)], axis=1)  # oldest first
+    if sum(len(r) for r in labelled):
+        x, cond = np.concatenate(xs), np.concatenate(conds)
         ph, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
         decoding = decoding_of(model, decoding)
-        if decoding != "none":  # pos is in container-then-time order: decode each container's run of it
+        if decoding != "none":  # each container's run of the batch, decoded in time order
             d2 = squared_distances(np.asarray(model.centers, dtype=np.float64), h)
             penalty = switch_cost(model, decoding, switch_penalty)
-            owner = np.searchsorted(starts, pos, side="right")
-            for c in np.unique(owner):
-                rows = np.flatnonzero(owner == c)
-                ph[rows], dist[rows] = decode_path(d2[rows], decoding, penalty)
+            bounds = np.cumsum([0, *(len(r) for r in labelled)])
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                if b > a:
+                    ph[a:b], dist[a:b] = decode_path(d2[a:b], decoding, penalty)
+        target = np.concatenate(labelled)
         phase[target] = ph.astype(np.int32)
         distance[target] = dist
     return pd.DataFrame(

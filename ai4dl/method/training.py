@@ -25,7 +25,7 @@ from ai4dl.errors import InputError, ModelError
 from ai4dl.lake.columns import POD_ID
 from ai4dl.method.clustering import adjusted_rand_index, contingency, fit_centers, fit_centers_local, k_report
 from ai4dl.method.crbm import encode, train_crbm
-from ai4dl.method.labelling import encode_windows, stack_rows
+from ai4dl.method.labelling import encode_windows, label_windows, stack_rows
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.scaler import Scaler
 from ai4dl.method.split import ContainerSplit
@@ -200,7 +200,7 @@ def score(model: PhaseModel, held_out: DataFrame, engine: str = "arrow", decodin
           switch_penalty: float | None = None) -> dict[str, Any]:
     """Adjusted Rand index of the model's phases (decoded as ``label`` decodes them) vs ground truth on
     held-out windows (when the data has it)."""
-    labelled = model.transform(held_out, engine=engine, decoding=decoding, switch_penalty=switch_penalty).where(F.col("behaviour").isNotNull())
+    labelled = label_windows(held_out, model, engine=engine, decoding=decoding, switch_penalty=switch_penalty).where(F.col("behaviour").isNotNull())
     table, _, _ = contingency(labelled)
     if table.size == 0:
         return {}
@@ -219,7 +219,7 @@ def refine(model: PhaseModel, training_windows: DataFrame, phase: int, k_sub: in
         raise ModelError(f"phase {phase} is already refined")
     if k_sub < 2:
         raise ModelError("a refinement needs at least 2 sub-phases")
-    encoded = model.transform(training_windows).where(F.col("phase") == phase)
+    encoded = label_windows(training_windows, model).where(F.col("phase") == phase)
     sub = fit_centers(encoded, k_sub, seed)
     start = max(model.phase_ids) + 1
     ids = (phase, *range(start, start + k_sub - 1))

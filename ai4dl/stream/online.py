@@ -15,12 +15,11 @@ What it does, and why it gives the batch pipeline's answers:
   simply sorted. This rule replaces an event-time watermark: a phase depends on the samples just before it,
   not on how old a sample is.
 * **Windows.** The state keeps the *raw* metrics of the last ``n_history + LOOKBACK`` samples of the current
-  segment (a gap longer than ``max_gap_seconds`` starts a new one, as in
-  :func:`ai4dl.method.windowing.build_windows`): derived features (:mod:`ai4dl.method.features`) are computed
-  over them, once per micro-batch, exactly as the window stage computes them. They are scaled when labelled,
-  with the labelling model's own scaler: the numbers are those of a silver
-  table scaled with that scaler, and a model change (possibly with another scaler) never meets history scaled
-  by the previous one.
+  segment; a micro-batch's samples are windowed after them by the window stage's own kernel
+  (:func:`ai4dl.method.windowing.container_windows`: segments after a gap longer than ``max_gap_seconds``,
+  derived features, scaling), once per micro-batch. They are scaled with the labelling model's own scaler: the
+  numbers are those of a silver table scaled with that scaler, and a model change (possibly with another
+  scaler) never meets history scaled by the previous one.
 * **Phases.** Full windows are labelled with :func:`ai4dl.method.labelling.label_batch`, the kernel of the
   label stage, then decoded as the label stage decodes them (``Live.decoding``: the causal forward decoder by
   default, resumed from the accumulated costs the state keeps, so a micro-batch boundary or a restart changes
@@ -45,9 +44,10 @@ import numpy as np
 import pandas as pd
 
 from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, STREAM_STATE_FIELDS, TS
-from ai4dl.method.features import LOOKBACK, derive, derived_of
+from ai4dl.method.features import LOOKBACK
 from ai4dl.method.labelling import forward_decode, label_batch, squared_distances
 from ai4dl.method.model import PhaseModel
+from ai4dl.method.windowing import container_windows
 from ai4dl.policies.live import Deployment, LivePolicies
 
 STATE_NAMES = tuple(name for name, _, _ in STREAM_STATE_FIELDS)
@@ -152,46 +152,24 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
     # derived features look LOOKBACK raw samples back from each step of a window: that many more are kept
     # (whatever the model, so a model change mid-stream finds them)
     keep = n_hist + LOOKBACK
-    raw = rows[list(METRICS)].to_numpy(dtype=float)
-    history = np.asarray(st["history"], dtype=float).reshape(-1, _NM)
-    steps: list[int] = []
-    windows: dict[int, np.ndarray] = {}  # row -> its window's scaled features (n_hist + 1 rows, oldest first)
-    run: list[int] = []  # consecutive new rows of one segment, their features computed in one pass
-
-    def close_run(before: np.ndarray) -> None:
-        if not run:
-            return
-        feats = model.scaler.transform(_features(np.vstack([before, raw[run]]), model.features))
-        for j, i in enumerate(run):
-            at = len(before) + j  # row i's position in the block
-            if at >= n_hist:  # n_hist predecessors in its segment
-                windows[i] = feats[at - n_hist : at + 1]
-        run.clear()
-
-    before = history
-    for i in range(len(rows)):
-        gap = secs[i] - st["last_ts"]
-        if live.max_gap_seconds and st["last_step"] >= 0 and gap > float(live.max_gap_seconds):
-            close_run(before)
-            history = before = history[:0]
-            st["segment"] = int(st["segment"]) + 1
-        st["last_step"] = int(st["last_step"]) + 1
-        st["last_ts"] = float(secs[i])
-        steps.append(st["last_step"])
-        run.append(i)
-        history = np.vstack([history, raw[i : i + 1]])[-keep:]
-    close_run(before)
-    st["history"] = history.ravel().tolist()
-    st["history_len"] = int(len(history))
+    history = np.asarray(st["history"], dtype=float).reshape(-1, _NM)  # the current segment's last samples
+    block = np.vstack([history, rows[list(METRICS)].to_numpy(dtype=float)])
+    # the kept samples are one segment ending at last_ts: given that time, only the new samples' gaps count
+    block_secs = np.r_[np.full(len(history), st["last_ts"]), secs]
+    w = container_windows(pd.DataFrame(block, columns=list(METRICS)), block_secs, model.scaler, n_hist,
+                          live.max_gap_seconds)
+    new = slice(len(history), len(block))
+    steps = (int(st["last_step"]) + 1 + np.arange(len(rows))).tolist()
+    st["last_step"], st["last_ts"] = int(st["last_step"]) + len(rows), float(secs[-1])
+    st["segment"] = int(st["segment"]) + int(w.segment[-1] - w.segment[0])
+    st["history"] = block[w.segment == w.segment[-1]][-keep:].ravel().tolist()
+    st["history_len"] = int(len(st["history"]) // _NM)
+    idx = np.flatnonzero(w.full[new])  # the new samples with a full window, in time order
     phase = np.full(len(rows), np.nan)
     dist = np.full(len(rows), np.nan)
     acts: list[Any] = [None] * len(rows)
-    # a window with a non-finite feature (a share of a zero limit) is not labelled, as in silver
-    idx = np.asarray(sorted(i for i, w in windows.items() if np.isfinite(w).all()), dtype=np.int64)
     if idx.size:
-        x = np.stack([windows[i][-1] for i in idx])
-        # time-major, oldest first, as silver's history column: [x(t-n) features..., ..., x(t-1) features...]
-        cond = np.stack([windows[i][:-1].ravel() for i in idx])
+        x, cond = w.features[new][idx], w.history[new][idx]
         ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
         if live.decoding == "forward":
             ph, d = _decode_forward(h, st, live)
@@ -227,16 +205,6 @@ def _decode_forward(h: np.ndarray, st: dict[str, Any], live: Live) -> tuple[np.n
     path, acc, _ = forward_decode(d2, live.switch_penalty, acc, st["run_phase"] if same else None)
     st["decode_costs"], st["decode_model"] = [float(v) for v in acc], live.model_id
     return path, np.sqrt(d2[np.arange(len(path)), path])
-
-
-def _features(block: np.ndarray, features: tuple[str, ...]) -> np.ndarray:
-    """The model's features of consecutive raw samples (rows of METRICS, oldest first, one segment): metric
-    columns as they are, derived ones by :func:`ai4dl.method.features.derive` over the block, as the window
-    stage computes them over the whole segment (the block reaches LOOKBACK samples before its window)."""
-    if not derived_of(features):
-        return block[:, [_METRIC_INDEX[f] for f in features]]
-    frame = derive(pd.DataFrame(block, columns=list(METRICS)), features)
-    return frame[list(features)].to_numpy(dtype=float)
 
 
 def _recommend(pod_id: str, st: Mapping[str, Any], live: Live, policies: LivePolicies) -> dict[str, Any]:
