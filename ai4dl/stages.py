@@ -225,15 +225,14 @@ def ingest(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = N
 def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Output:
     """Bronze -> silver windows, scaled with statistics fitted on the training containers (or a model's)."""
     from ai4dl.method.model import load
-    from ai4dl.method.scaler import Scaler
-    from ai4dl.method.windowing import build_windows, silver_properties, window_inputs, with_derived
+    from ai4dl.method.windowing import build_windows, fit_scaler, silver_properties, window_inputs
 
     w = cfg.window
     source = scaler_from_model or w.scaler_from_model
     scaler = load(source).scaler if source else None
     raw = window_inputs(lake.read("bronze"))
-    if scaler is None:  # fitted on the training containers' features (derived ones computed for them alone)
-        scaler = Scaler.fit(with_derived(ContainerSplit.of(w).training(raw), w.features, w.max_gap_seconds), w.features)
+    if scaler is None:
+        scaler = fit_scaler(ContainerSplit.of(w).training(raw), w.features, w.max_gap_seconds)
     silver = build_windows(raw, scaler, w.n_history, w.max_gap_seconds)
     written = lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
     counts = {r["has_full_history"]: r["count"] for r in lake.read("silver").groupBy("has_full_history").count().collect()}

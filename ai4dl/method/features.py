@@ -38,10 +38,17 @@ LOOKBACK = 20
 _EPS = 0.001
 
 
+def _floats(column: pd.Series) -> np.ndarray:
+    """A column as float64 numbers (what is not a number: NaN)."""
+    if column.dtype.kind != "f":
+        column = pd.to_numeric(column, errors="coerce")
+    return column.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
 def _share(num: str, den: str) -> Callable[[pd.DataFrame], pd.Series]:
     def share(pdf: pd.DataFrame) -> pd.Series:
-        d = pd.to_numeric(pdf[den], errors="coerce").astype("float64")
-        return pd.to_numeric(pdf[num], errors="coerce").astype("float64") / d.where(d > 0)
+        d = _floats(pdf[den])
+        return pd.Series(_floats(pdf[num]) / np.where(d > 0, d, np.nan))
 
     return share
 
@@ -76,10 +83,10 @@ def _rolling_min(share: str, w: int) -> Callable[[Shares], pd.Series]:
 def _ln_std(share: str, w: int) -> Callable[[Shares], pd.Series]:
     # sample std (ddof 1) of the known values among the last w steps; 0 while only one is known, NaN with none
     def f(shares: Shares) -> pd.Series:
-        x = shares[share]
-        known = x.rolling(w, min_periods=1).count()
-        sd = x.rolling(w, min_periods=1).std(ddof=1).where(known > 1, 0.0).where(known >= 1)
-        return np.log(sd + _EPS)
+        rolling = shares[share].rolling(w, min_periods=1)
+        known = rolling.count().to_numpy()
+        sd = np.where(known > 1, rolling.std(ddof=1).to_numpy(), 0.0)
+        return pd.Series(np.log(np.where(known >= 1, sd, np.nan) + _EPS))
 
     return f
 
@@ -123,11 +130,8 @@ def derive(pdf: pd.DataFrame, features: Sequence[str]) -> pd.DataFrame:
     missing = [c for c in INPUTS if c not in pdf.columns] if wanted else []
     if missing:
         raise InputError(f"derived features {list(wanted)} need column(s) {missing}")
-    out = pdf.copy()
     shares = Shares(pdf)
-    for name in wanted:
-        out[name] = DERIVED[name](shares).astype("float64").to_numpy()
-    return out
+    return pdf.assign(**{name: DERIVED[name](shares).to_numpy(dtype=np.float64) for name in wanted})
 
 
 def derive_segments(pdf: pd.DataFrame, features: Sequence[str], segment: np.ndarray) -> pd.DataFrame:

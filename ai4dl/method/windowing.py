@@ -159,6 +159,14 @@ def with_derived(df: "DataFrame", features: Sequence[str], max_gap_seconds: floa
     return df.groupBy(POD_ID).applyInArrow(per_container, schema)
 
 
+def fit_scaler(training: "DataFrame", features: Sequence[str], max_gap_seconds: float | None = None) -> Scaler:
+    """The scaler of ``features`` fitted on the training containers' rows (``training``: their bronze rows),
+    derived features computed per container for them alone and only the columns the features need shipped."""
+    _check_columns(training, features)
+    narrow = training.select(POD_ID, TS, *_needed(features))
+    return Scaler.fit(with_derived(narrow, features, max_gap_seconds), features)
+
+
 def build_windows(bronze: "DataFrame", scaler: Scaler, n_history: int, max_gap_seconds: float | None = None) -> "DataFrame":
     """Silver rows (schema :data:`ai4dl.lake.schema.SILVER`) from bronze rows: :func:`container_windows` per
     container, in the executors (one shuffle by ``pod_id``; nothing is collected to the driver)."""
@@ -224,5 +232,5 @@ def silver_scaler(props: dict[str, str], where: str = "silver") -> tuple[Scaler,
     return Scaler.from_json(props[PROP_SCALER]), int(props[PROP_HISTORY])
 
 
-__all__ = ["Windows", "build_windows", "container_windows", "segments", "silver_properties", "silver_scaler",
+__all__ = ["Windows", "build_windows", "container_windows", "fit_scaler", "segments", "silver_properties", "silver_scaler",
            "stack_windows", "with_derived"]
