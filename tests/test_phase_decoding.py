@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from ai4dl import stages
 from ai4dl.errors import ConfigError, InputError
 from ai4dl.lake.tables import Lake
+from ai4dl.lake.columns import DERIVED_FEATURES
 from ai4dl.method.features import BEHAVIOUR_FEATURES, derive, derive_segments
 from ai4dl.method.labelling import decode_container, forward_decode, label_windows, squared_distances, switch_gap, viterbi
 from ai4dl.method.windowing import segments, with_derived
@@ -31,7 +32,7 @@ def _trace(n: int = 30, seed: int = 0) -> pd.DataFrame:
 
 def test_derived_features_by_hand():
     pdf = _trace(25)
-    out = derive(pdf, BEHAVIOUR_FEATURES)
+    out = derive(pdf, DERIVED_FEATURES)
     cpu, mem = pdf["cpu_usage_cores"] / 4.0, pdf["mem_current"] / 8e9
     t = 24  # deep enough for every window to be full
     assert out["mem_frac"][t] == pytest.approx(mem[t])
@@ -39,6 +40,11 @@ def test_derived_features_by_hand():
     assert out["ln_cpu_frac_std20"][t] == pytest.approx(np.log(np.std(cpu[t - 19 : t + 1], ddof=1) + 0.001))
     changes = np.abs(np.diff(mem.to_numpy()))
     assert out["ln_absd_mem_frac_mean10"][t] == pytest.approx(np.log(changes[t - 10 : t].mean() + 0.001))
+    assert out["ln_medd_mem_frac10"][t] == pytest.approx(np.log(np.median(changes[t - 10 : t]) + 0.001))
+    assert out["mem_frac_slope10"][t] == pytest.approx((mem[t] - mem[t - 10]) / 10)
+    assert out["mem_frac_range20"][t] == pytest.approx(mem[t - 19 : t + 1].max() - mem[t - 19 : t + 1].min())
+    assert out["cpu_frac_median10"][t] == pytest.approx(cpu[t - 9 : t + 1].median())
+    assert out["cpu_frac_max10"][t] == pytest.approx(cpu[t - 9 : t + 1].max())
     # the first step: no spread, no change yet
     assert out["ln_cpu_frac_std20"][0] == pytest.approx(np.log(0.001))
     assert out["ln_absd_cpu_frac_mean10"][0] == pytest.approx(np.log(0.001))

@@ -44,10 +44,15 @@ DEFAULT_FEATURES: tuple[str, ...] = (
 # importing the method.
 DERIVED_FEATURES: tuple[str, ...] = (
     "cpu_frac", "mem_frac", "cpu_frac_min10", "ln_cpu_frac_std20", "ln_absd_mem_frac_mean10", "ln_absd_cpu_frac_mean10",
+    "cpu_frac_median10", "cpu_frac_max10", "mem_frac_slope10", "mem_frac_range20", "ln_absd_mem_frac_mean5",
+    "ln_cpu_frac_std10", "ln_medd_mem_frac10",
 )
-# The behaviour features measured best on the frozen fleet (held-out ARI in README "Method notes"): the default.
+# The behaviour features (the default): chosen on the training containers of a generated fleet of one seed and
+# confirmed on another's (bench/feature_ablation.py; bench/README.md has the ablation): the memory level, the
+# CPU floor and spread, how much memory moves from step to step (the median change, which one level shift at
+# a phase change does not move) and the mean CPU change.
 BEHAVIOUR_FEATURES: tuple[str, ...] = (
-    "cpu_frac_min10", "mem_frac", "ln_cpu_frac_std20", "ln_absd_mem_frac_mean10", "ln_absd_cpu_frac_mean10",
+    "cpu_frac_min10", "mem_frac", "ln_cpu_frac_std20", "ln_medd_mem_frac10", "ln_absd_cpu_frac_mean10",
 )
 
 # Source (export) name -> lake name. Overridable per job through the ``ingest.columns`` config key.

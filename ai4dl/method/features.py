@@ -4,9 +4,12 @@ Why: the raw metrics mostly measure a container's *size* (its limits span 1-16 c
 so k-means on them finds small and large containers, not behaviours; and a 4-step window of levels cannot see
 what tells behaviours apart over tens of steps: how much CPU varies, how fast memory moves up and down. These
 features are relative to the container's own limits (size drops out) and summarise the last 10-20 steps
-(variability and absolute step changes, log-scaled because they are heavy-tailed). Measured on the frozen
-fleet (bench/phase_quality.py), they are what lifts phases from matching container sizes to matching
-behaviours.
+(floors, spreads and step changes, log-scaled because they are heavy-tailed). The default set
+(:data:`ai4dl.lake.columns.BEHAVIOUR_FEATURES`) was chosen by an ablation on training containers of one
+generated fleet and confirmed on another's (``bench/feature_ablation.py``); the other definitions here are the
+candidates that ablation tried, kept so it can be rerun and a user can try them. Memory's movement is the
+*median* step change: one level shift at a phase change would lift a mean for ten steps and make the steps
+after every change look like a warm-up.
 
 Every feature at step t uses only steps <= t of the same container (and segment, when gaps split a trace),
 so batch windows, the live stream and the pyfunc model compute the same numbers: one pandas definition,
@@ -80,6 +83,42 @@ def _rolling_min(share: str, w: int) -> Callable[[Shares], pd.Series]:
     return lambda shares: shares[share].rolling(w, min_periods=1).min()
 
 
+def _ln_median_abs_change(share: str, w: int) -> Callable[[Shares], pd.Series]:
+    # median |x(t) - x(t-1)| over the known changes among the last w steps: one level shift does not move it
+    def f(shares: Shares) -> pd.Series:
+        x = shares[share]
+        change = x.diff().abs()
+        if len(change) and pd.notna(x.iloc[0]):
+            change.iloc[0] = 0.0
+        return np.log(change.rolling(w, min_periods=1).median() + _EPS)
+
+    return f
+
+
+def _rolling(share: str, w: int, how: str) -> Callable[[Shares], pd.Series]:
+    return lambda shares: getattr(shares[share].rolling(w, min_periods=1), how)()
+
+
+def _range(share: str, w: int) -> Callable[[Shares], pd.Series]:
+    def f(shares: Shares) -> pd.Series:
+        rolling = shares[share].rolling(w, min_periods=1)
+        return rolling.max() - rolling.min()
+
+    return f
+
+
+def _slope(share: str, w: int) -> Callable[[Shares], pd.Series]:
+    # signed mean change per step over the known changes among the last w steps (0 at the first step)
+    def f(shares: Shares) -> pd.Series:
+        x = shares[share]
+        change = x.diff()
+        if len(change) and pd.notna(x.iloc[0]):
+            change.iloc[0] = 0.0
+        return change.rolling(w, min_periods=1).mean()
+
+    return f
+
+
 def _ln_std(share: str, w: int) -> Callable[[Shares], pd.Series]:
     # sample std (ddof 1) of the known values among the last w steps; 0 while only one is known, NaN with none
     def f(shares: Shares) -> pd.Series:
@@ -110,6 +149,13 @@ DERIVED: dict[str, Callable[[Shares], pd.Series]] = {
     "ln_cpu_frac_std20": _ln_std("cpu_frac", 20),
     "ln_absd_mem_frac_mean10": _ln_abs_change("mem_frac", 10),
     "ln_absd_cpu_frac_mean10": _ln_abs_change("cpu_frac", 10),
+    "cpu_frac_median10": _rolling("cpu_frac", 10, "median"),
+    "cpu_frac_max10": _rolling("cpu_frac", 10, "max"),
+    "mem_frac_slope10": _slope("mem_frac", 10),
+    "mem_frac_range20": _range("mem_frac", 20),
+    "ln_absd_mem_frac_mean5": _ln_abs_change("mem_frac", 5),
+    "ln_cpu_frac_std10": _ln_std("cpu_frac", 10),
+    "ln_medd_mem_frac10": _ln_median_abs_change("mem_frac", 10),
 }
 """Derived feature -> its definition over one container's shares in time order (a Series aligned with its rows)."""
 
