@@ -55,10 +55,10 @@ FORWARD_PENALTIES = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
 
 def _decodings(cfg, held, model, train) -> dict:
     """The held-out containers' phases decoded from the same activations: each step's nearest phase (``none``),
-    the causal forward decoder (what a stream can say the moment a sample arrives) at ``label.switch_penalty``
-    (``forward``) and at the penalty of :data:`FORWARD_PENALTIES` scoring best on the *training* containers
-    (``forward*``), and Viterbi over the whole trace at ``label.switch_penalty`` (``viterbi``, the offline
-    ceiling); per decoding ARI, and when a phase changes against when the true behaviour does (delay p50/p95 in
+    the causal forward decoder (what a stream can say the moment a sample arrives) at its penalty (``forward``:
+    ``label.switch_penalty`` when ``label.smoothing`` is ``forward``, else the default, the ``label`` stage's) and
+    at the penalty of :data:`FORWARD_PENALTIES` scoring best on the *training* containers (``forward*``), and
+    Viterbi over the whole trace at its penalty (``viterbi``, the offline ceiling); per decoding ARI, and when a phase changes against when the true behaviour does (delay p50/p95 in
     steps, false changes per 1,000 steps)."""
     import numpy as np
 
@@ -69,7 +69,13 @@ def _decodings(cfg, held, model, train) -> dict:
     if model.refinements or gap is None:
         print("decodings: the model is refined or has no switch_gap; only its own labels are scored")
         return {}
-    penalty = float(cfg.label.switch_penalty) * float(gap)
+    from ai4dl.config import DEFAULT_SWITCH_PENALTY
+
+    def multiplier(decoding: str) -> float:  # the configured penalty applies to the configured decoding
+        configured = cfg.label.switch_penalty if cfg.label.smoothing == decoding else None
+        return float(DEFAULT_SWITCH_PENALTY[decoding] if configured is None else configured)
+
+    forward, offline = multiplier("forward"), multiplier("viterbi")
     centers = np.asarray(model.centers, dtype=np.float64)
 
     def containers(df):
@@ -92,14 +98,14 @@ def _decodings(cfg, held, model, train) -> dict:
     chosen = max(by_penalty, key=lambda m: (by_penalty[m], -m))
     print(f"forward decoder, training containers' ARI by penalty (x switch gap): "
           + ", ".join(f"{m:g}: {a:.3f}" for m, a in by_penalty.items()) + f" -> {chosen:g}")
-    decoders = {"none": lambda d2: np.argmin(d2, axis=1), "forward": lambda d2: forward_decode(d2, penalty)[0],
+    decoders = {"none": lambda d2: np.argmin(d2, axis=1), "forward": lambda d2: forward_decode(d2, forward * float(gap))[0],
                 "forward*": lambda d2: forward_decode(d2, chosen * float(gap))[0],
-                "viterbi": lambda d2: viterbi(d2, penalty)}
+                "viterbi": lambda d2: viterbi(d2, offline * float(gap))}
     items = containers(held)
     out = {name: score(items, decode) for name, decode in decoders.items()}
     out["forward_penalty_chosen_on_training"] = chosen
     base = out["none"]["false_per_1000_steps"]
-    print(f"decodings of the held-out activations (penalty {cfg.label.switch_penalty:g} x switch gap; "
+    print(f"decodings of the held-out activations (penalties x switch gap: forward {forward:g}, viterbi {offline:g}; "
           f"{out['none']['true_changes']} true behaviour changes):")
     print(f"  {'decoding':<8} {'ARI':>6} {'delay p50':>9} {'p95':>5} {'missed':>7} {'false/1000 steps':>17}")
     for name, r in ((n, r) for n, r in out.items() if isinstance(r, dict)):
