@@ -278,9 +278,10 @@ def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int,
 
 
 def decode(phases: DataFrame, model: PhaseModel, decoding: str, switch_penalty: float | None = None) -> DataFrame:
-    """``PHASES`` rows with each container's phases decoded by :func:`decode_container` (``decoding`` as
-    resolved by :func:`decoding_of`; ``switch_penalty`` in units of the model's :func:`switch_gap`), one
-    container per task; ``none`` leaves the rows as labelled."""
+    """``PHASES`` rows with each container's phases decoded as :func:`decode_container` decodes them (``decoding``
+    as resolved by :func:`decoding_of`; ``switch_penalty`` in units of the model's :func:`switch_gap`), one
+    container per task, on Arrow buffers (the activations become one matrix, never a Python list per row);
+    ``none`` leaves the rows as labelled."""
     from ai4dl.lake.schema import PHASES
 
     decoding = decoding_of(model, decoding)
@@ -289,10 +290,24 @@ def decode(phases: DataFrame, model: PhaseModel, decoding: str, switch_penalty: 
     centers, penalty = np.asarray(model.centers, dtype=np.float64), switch_cost(model, decoding, switch_penalty)
     names = PHASES.fieldNames()
 
-    def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        return decode_container(pdf, centers, decoding, penalty)[names]
+    def run(table: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-    return phases.groupBy("pod_id").applyInPandas(run, PHASES)
+        table = table.take(pc.sort_indices(table, sort_keys=[("ts", "ascending")])).select(names)
+        acts = table.column("activations").combine_chunks()
+        has = acts.is_valid()
+        labelled = has.to_numpy(zero_copy_only=False)
+        if not labelled.any():
+            return table
+        path, chosen = decode_path(squared_distances(centers, _matrix(acts, has, centers.shape[1])), decoding, penalty)
+        phase = np.zeros(len(table), dtype=np.int32)
+        dist = np.zeros(len(table), dtype=np.float64)
+        phase[labelled], dist[labelled] = path, chosen
+        table = table.set_column(names.index("phase"), "phase", pa.array(phase, mask=~labelled))
+        return table.set_column(names.index("distance"), "distance", pa.array(dist, mask=~labelled))
+
+    return phases.groupBy("pod_id").applyInArrow(run, PHASES)
 
 
 def label_windows(windows: DataFrame, model: PhaseModel, engine: str = "arrow", model_id: str | None = None,
