@@ -79,22 +79,6 @@ def _level(share: str) -> Callable[[Shares], pd.Series]:
     return lambda shares: shares[share]
 
 
-def _rolling_min(share: str, w: int) -> Callable[[Shares], pd.Series]:
-    return lambda shares: shares[share].rolling(w, min_periods=1).min()
-
-
-def _ln_median_abs_change(share: str, w: int) -> Callable[[Shares], pd.Series]:
-    # median |x(t) - x(t-1)| over the known changes among the last w steps: one level shift does not move it
-    def f(shares: Shares) -> pd.Series:
-        x = shares[share]
-        change = x.diff().abs()
-        if len(change) and pd.notna(x.iloc[0]):
-            change.iloc[0] = 0.0
-        return np.log(change.rolling(w, min_periods=1).median() + _EPS)
-
-    return f
-
-
 def _rolling(share: str, w: int, how: str) -> Callable[[Shares], pd.Series]:
     return lambda shares: getattr(shares[share].rolling(w, min_periods=1), how)()
 
@@ -103,18 +87,6 @@ def _range(share: str, w: int) -> Callable[[Shares], pd.Series]:
     def f(shares: Shares) -> pd.Series:
         rolling = shares[share].rolling(w, min_periods=1)
         return rolling.max() - rolling.min()
-
-    return f
-
-
-def _slope(share: str, w: int) -> Callable[[Shares], pd.Series]:
-    # signed mean change per step over the known changes among the last w steps (0 at the first step)
-    def f(shares: Shares) -> pd.Series:
-        x = shares[share]
-        change = x.diff()
-        if len(change) and pd.notna(x.iloc[0]):
-            change.iloc[0] = 0.0
-        return change.rolling(w, min_periods=1).mean()
 
     return f
 
@@ -130,14 +102,17 @@ def _ln_std(share: str, w: int) -> Callable[[Shares], pd.Series]:
     return f
 
 
-def _ln_abs_change(share: str, w: int) -> Callable[[Shares], pd.Series]:
-    # mean |x(t) - x(t-1)| over the known changes among the last w steps, the first step's change counted as 0
+def _changes(share: str, w: int, how: str, absolute: bool = True, log: bool = True) -> Callable[[Shares], pd.Series]:
+    # ``how`` (mean, median) of x(t) - x(t-1), or of its absolute value, over the known changes among the last w
+    # steps, the first step's change counted as 0; log(. + eps) with ``log``. A median of absolute changes is
+    # not moved by one level shift, a mean is lifted by it for w steps.
     def f(shares: Shares) -> pd.Series:
         x = shares[share]
-        change = x.diff().abs()
+        change = x.diff().abs() if absolute else x.diff()
         if len(change) and pd.notna(x.iloc[0]):
             change.iloc[0] = 0.0
-        return np.log(change.rolling(w, min_periods=1).mean() + _EPS)
+        summary = getattr(change.rolling(w, min_periods=1), how)()
+        return np.log(summary + _EPS) if log else summary
 
     return f
 
@@ -145,17 +120,17 @@ def _ln_abs_change(share: str, w: int) -> Callable[[Shares], pd.Series]:
 DERIVED: dict[str, Callable[[Shares], pd.Series]] = {
     "cpu_frac": _level("cpu_frac"),
     "mem_frac": _level("mem_frac"),
-    "cpu_frac_min10": _rolling_min("cpu_frac", 10),
+    "cpu_frac_min10": _rolling("cpu_frac", 10, "min"),
     "ln_cpu_frac_std20": _ln_std("cpu_frac", 20),
-    "ln_absd_mem_frac_mean10": _ln_abs_change("mem_frac", 10),
-    "ln_absd_cpu_frac_mean10": _ln_abs_change("cpu_frac", 10),
+    "ln_absd_mem_frac_mean10": _changes("mem_frac", 10, "mean"),
+    "ln_absd_cpu_frac_mean10": _changes("cpu_frac", 10, "mean"),
     "cpu_frac_median10": _rolling("cpu_frac", 10, "median"),
     "cpu_frac_max10": _rolling("cpu_frac", 10, "max"),
-    "mem_frac_slope10": _slope("mem_frac", 10),
+    "mem_frac_slope10": _changes("mem_frac", 10, "mean", absolute=False, log=False),
     "mem_frac_range20": _range("mem_frac", 20),
-    "ln_absd_mem_frac_mean5": _ln_abs_change("mem_frac", 5),
+    "ln_absd_mem_frac_mean5": _changes("mem_frac", 5, "mean"),
     "ln_cpu_frac_std10": _ln_std("cpu_frac", 10),
-    "ln_medd_mem_frac10": _ln_median_abs_change("mem_frac", 10),
+    "ln_medd_mem_frac10": _changes("mem_frac", 10, "median"),
 }
 """Derived feature -> its definition over one container's shares in time order (a Series aligned with its rows)."""
 
