@@ -163,6 +163,11 @@ def switch_cost(model: PhaseModel, decoding: str, multiplier: float | None = Non
     return m * float(model.info["switch_gap"])
 
 
+def chosen_distances(d2: np.ndarray, path: np.ndarray) -> np.ndarray:
+    """Each step's distance to the phase ``path`` gives it, from the steps' squared distances ``d2``."""
+    return np.sqrt(d2[np.arange(len(path)), path])
+
+
 def decode_path(d2: np.ndarray, decoding: str, penalty: float) -> tuple[np.ndarray, np.ndarray]:
     """The phases of one container's labelled steps in time order from their squared distances, and each
     step's distance to the phase it gets."""
@@ -172,26 +177,39 @@ def decode_path(d2: np.ndarray, decoding: str, penalty: float) -> tuple[np.ndarr
         path = viterbi(d2, penalty)
     else:
         path = np.argmin(d2, axis=1) if len(d2) else np.zeros(0, dtype=np.int64)
-    return path, np.sqrt(d2[np.arange(len(path)), path])
+    return path, chosen_distances(d2, path)
+
+
+def decode_table(table: Any, centers: np.ndarray, decoding: str, penalty: float) -> Any:
+    """One container's phases rows (an Arrow table with ``ts``, ``activations``, ``phase``, ``distance``) sorted
+    by ``ts``, their phases decoded by :func:`decode_path` over its labelled steps in time order (segments follow
+    each other: an outage is one more step) and ``distance`` the distance to the chosen centre; rows without
+    activations (no full window) keep a null phase and distance. The activations become one matrix read from
+    the Arrow buffers, never a Python list per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = table.take(pc.sort_indices(table, sort_keys=[("ts", "ascending")]))
+    acts = table.column("activations").combine_chunks()
+    has = acts.is_valid()
+    labelled = has.to_numpy(zero_copy_only=False)
+    if not labelled.any():
+        return table
+    path, chosen = decode_path(squared_distances(centers, _matrix(acts, has, centers.shape[1])), decoding, penalty)
+    phase = np.zeros(len(table), dtype=np.int32)
+    dist = np.zeros(len(table), dtype=np.float64)
+    phase[labelled], dist[labelled] = path, chosen
+    names = table.column_names
+    table = table.set_column(names.index("phase"), "phase", pa.array(phase, mask=~labelled))
+    return table.set_column(names.index("distance"), "distance", pa.array(dist, mask=~labelled))
 
 
 def decode_container(pdf: pd.DataFrame, centers: np.ndarray, decoding: str, penalty: float) -> pd.DataFrame:
-    """One container's ``PHASES`` rows with their phases decoded by :func:`decode_path` over its labelled steps
-    in time order (segments follow each other: an outage is one more step), ``distance`` the distance to the
-    chosen centre; rows without activations keep their null phase."""
-    pdf = pdf.sort_values("ts", kind="stable").reset_index(drop=True)
-    has = pdf["activations"].notna().to_numpy()
-    if has.any():
-        h = np.stack([np.asarray(a, dtype=np.float64) for a in pdf.loc[has, "activations"]])
-        d2 = squared_distances(centers, h)
-        path, chosen = decode_path(d2, decoding, penalty)
-        phase = pdf["phase"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
-        dist = pdf["distance"].to_numpy(dtype=float, na_value=np.nan) if "distance" in pdf else np.full(len(pdf), np.nan)
-        phase[has] = path
-        dist[has] = chosen
-        pdf["phase"] = pd.array(np.where(np.isnan(phase), None, phase), dtype="Int32")
-        pdf["distance"] = dist
-    return pdf
+    """:func:`decode_table` on a pandas frame of one container's rows (``phase`` comes back as Int32)."""
+    import pyarrow as pa
+
+    out = decode_table(pa.Table.from_pandas(pdf, preserve_index=False), centers, decoding, penalty)
+    return out.to_pandas(types_mapper={pa.int32(): pd.Int32Dtype()}.get)
 
 
 def assign(
@@ -278,9 +296,8 @@ def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int,
 
 
 def decode(phases: DataFrame, model: PhaseModel, decoding: str, switch_penalty: float | None = None) -> DataFrame:
-    """``PHASES`` rows with each container's phases decoded as :func:`decode_container` decodes them (``decoding``
-    as resolved by :func:`decoding_of`; ``switch_penalty`` in units of the model's :func:`switch_gap`), one
-    container per task, on Arrow buffers (the activations become one matrix, never a Python list per row);
+    """``PHASES`` rows with each container's phases decoded by :func:`decode_table` (``decoding`` as resolved by
+    :func:`decoding_of`; ``switch_penalty`` in units of the model's :func:`switch_gap`), one container per task;
     ``none`` leaves the rows as labelled."""
     from ai4dl.lake.schema import PHASES
 
@@ -291,21 +308,7 @@ def decode(phases: DataFrame, model: PhaseModel, decoding: str, switch_penalty: 
     names = PHASES.fieldNames()
 
     def run(table: Any) -> Any:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        table = table.take(pc.sort_indices(table, sort_keys=[("ts", "ascending")])).select(names)
-        acts = table.column("activations").combine_chunks()
-        has = acts.is_valid()
-        labelled = has.to_numpy(zero_copy_only=False)
-        if not labelled.any():
-            return table
-        path, chosen = decode_path(squared_distances(centers, _matrix(acts, has, centers.shape[1])), decoding, penalty)
-        phase = np.zeros(len(table), dtype=np.int32)
-        dist = np.zeros(len(table), dtype=np.float64)
-        phase[labelled], dist[labelled] = path, chosen
-        table = table.set_column(names.index("phase"), "phase", pa.array(phase, mask=~labelled))
-        return table.set_column(names.index("distance"), "distance", pa.array(dist, mask=~labelled))
+        return decode_table(table.select(names), centers, decoding, penalty)
 
     return phases.groupBy("pod_id").applyInArrow(run, PHASES)
 
@@ -445,8 +448,8 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
 
 
 __all__ = [
-    "CAUSAL_DECODINGS", "DECODINGS", "assign", "check_compatible", "decode", "decode_container",
-    "decode_path", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
+    "CAUSAL_DECODINGS", "DECODINGS", "assign", "check_compatible", "chosen_distances", "decode", "decode_container",
+    "decode_path", "decode_table", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
     "label_windows", "nearest",
     "switch_cost", "viterbi",
 ]

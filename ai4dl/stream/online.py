@@ -45,13 +45,12 @@ import pandas as pd
 
 from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, STREAM_STATE_FIELDS, TS
 from ai4dl.method.features import LOOKBACK
-from ai4dl.method.labelling import forward_decode, label_batch, squared_distances
+from ai4dl.method.labelling import chosen_distances, forward_decode, label_batch, squared_distances
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.windowing import container_windows
 from ai4dl.policies.live import Deployment, LivePolicies
 
 STATE_NAMES = tuple(name for name, _, _ in STREAM_STATE_FIELDS)
-_METRIC_INDEX = {m: i for i, m in enumerate(METRICS)}
 _NM = len(METRICS)
 LATE_REASON = "late_sample"
 
@@ -162,8 +161,8 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
     steps = (int(st["last_step"]) + 1 + np.arange(len(rows))).tolist()
     st["last_step"], st["last_ts"] = int(st["last_step"]) + len(rows), float(secs[-1])
     st["segment"] = int(st["segment"]) + int(w.segment[-1] - w.segment[0])
-    st["history"] = block[w.segment == w.segment[-1]][-keep:].ravel().tolist()
-    st["history_len"] = int(len(st["history"]) // _NM)
+    kept = block[w.segment == w.segment[-1]][-keep:]
+    st["history"], st["history_len"] = kept.ravel().tolist(), int(len(kept))
     idx = np.flatnonzero(w.full[new])  # the new samples with a full window, in time order
     phase = np.full(len(rows), np.nan)
     dist = np.full(len(rows), np.nan)
@@ -204,7 +203,7 @@ def _decode_forward(h: np.ndarray, st: dict[str, Any], live: Live) -> tuple[np.n
     acc = np.asarray(st["decode_costs"], dtype=np.float64) if same else None
     path, acc, _ = forward_decode(d2, live.switch_penalty, acc, st["run_phase"] if same else None)
     st["decode_costs"], st["decode_model"] = [float(v) for v in acc], live.model_id
-    return path, np.sqrt(d2[np.arange(len(path)), path])
+    return path, chosen_distances(d2, path)
 
 
 def _recommend(pod_id: str, st: Mapping[str, Any], live: Live, policies: LivePolicies) -> dict[str, Any]:
