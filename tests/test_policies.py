@@ -31,7 +31,9 @@ from ai4dl.policies.replay import (
     replay_container_grid,
     step_durations,
 )
-from ai4dl.policies.rules import HEADROOM_LEVELS, KNOBS, headroom_tables, jumps_of, oom_bump, vpa_params
+from ai4dl.policies.rules import (
+    HEADROOM_LEVELS, KNOBS, closed_loop, headroom_tables, jumps_of, oom_bump, oom_step, vpa_params,
+)
 from ai4dl.policies.vpa import VpaRecommender
 
 USAGE8 = np.arange(1.0, 9.0)  # [1, 2, ..., 8]
@@ -79,6 +81,35 @@ def test_vpa_hand_computed_three_intervals_and_margin():
     # the generic margin is not VPA's
     generic = PoliciesConfig(interval_steps=4, vpa_percentile=0.4, vpa_margin=0.0, margin=0.5)
     np.testing.assert_allclose(allocate("vpa", usage, 10.0, generic), allocate("vpa", usage, 10.0, no_margin))
+
+
+def test_the_memory_closed_loop_is_oom_step_taken_step_by_step():
+    """closed_loop writes oom_step out for speed and skips the calm intervals: on traces with unknown usage,
+    unknown and zero limits, missing decisions and kills at interval starts, it must give what stepping
+    oom_step through every step gives (the live stream's arithmetic)."""
+    rng = np.random.default_rng(3)
+    for trial in range(40):
+        n, length = int(rng.integers(1, 60)), int(rng.integers(1, 7))
+        usage = rng.uniform(0.0, 2e9, n)
+        usage[rng.random(n) < 0.1] = np.nan
+        lim = np.full(n, 1.5e9)
+        lim[rng.random(n) < 0.1] = np.nan
+        lim[rng.random(n) < 0.05] = 0.0
+        n_int = -(-n // length)
+        decisions = rng.uniform(0.0, 2e9, n_int) if trial % 3 else np.full(n_int, 1e9)  # equal allocations too
+        decisions[rng.random(n_int) < 0.2] = np.nan
+        want_a, want_k = np.empty(n), np.zeros(n, dtype=bool)
+        prev_over, prev_alloc = False, float("nan")
+        for i in range(n_int):
+            d = float(decisions[i])
+            for t in range(i * length, min((i + 1) * length, n)):
+                want_a[t], prev_over, want_k[t] = oom_step(d, usage[t], lim[t], prev_over, prev_alloc)
+                if want_k[t]:
+                    d = max(want_a[t], oom_bump(usage[t]))
+                prev_alloc = want_a[t]
+        got_a, got_k = closed_loop(decisions, usage, lim, length)
+        np.testing.assert_array_equal(got_a, want_a)
+        np.testing.assert_array_equal(got_k, want_k)
 
 
 def test_vpa_memory_is_one_peak_per_window_and_bumped_by_ooms():

@@ -29,6 +29,7 @@ summaries and the current phase run (O(1) state) and builds one row with :func:`
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -181,24 +182,42 @@ class Trees:
             })
         return cls(float(np.ravel(model._baseline_prediction)[0]), tuple(trees), int(model.n_features_in_))
 
+    @functools.cached_property
+    def _forest(self) -> dict[str, np.ndarray]:
+        """The trees' node arrays stacked into ``(trees, nodes)`` matrices, shorter trees padded with leaves of
+        value 0, so that a prediction walks every tree at once: one pass per level, not per tree and level."""
+        width = max((len(t["leaf"]) for t in self.trees), default=1)
+        pad = {"feature": 0, "threshold": 0.0, "missing_left": False, "left": 0, "right": 0, "leaf": True, "value": 0.0}
+        forest = {}
+        for k in _TREE_FIELDS:
+            m = np.full((len(self.trees), width), pad[k], dtype=self.trees[0][k].dtype if self.trees else float)
+            for i, t in enumerate(self.trees):
+                m[i, :len(t[k])] = t[k]
+            forest[k] = m
+        return forest
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """One value per row (NaN inputs go where the trees learned missing values go)."""
+        """One value per row (NaN inputs go where the trees learned missing values go); the leaf values are
+        added tree after tree, in the trees' order, as scikit-learn adds them."""
         x = np.asarray(x, dtype=float)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ModelError(f"forecaster: rows of {self.n_features} inputs expected, got shape {x.shape}")
         out = np.full(len(x), self.baseline)
-        rows = np.arange(len(x))
-        for t in self.trees:
-            node = np.zeros(len(x), dtype=np.int64)
-            while True:
-                inner = ~t["leaf"][node]
-                if not inner.any():
-                    break
-                r, n = rows[inner], node[inner]
-                v = x[r, t["feature"][n]]
-                left = np.where(np.isnan(v), t["missing_left"][n], v <= t["threshold"][n])
-                node[inner] = np.where(left, t["left"][n], t["right"][n])
-            out += t["value"][node]
+        if not len(x) or not self.trees:
+            return out
+        f = self._forest
+        tree = np.arange(len(self.trees))[:, None]
+        node = np.zeros((len(self.trees), len(x)), dtype=np.int64)
+        while True:
+            ti, ri = np.nonzero(~f["leaf"][tree, node])
+            if not len(ti):
+                break
+            n = node[ti, ri]
+            v = x[ri, f["feature"][ti, n]]
+            left = np.where(np.isnan(v), f["missing_left"][ti, n], v <= f["threshold"][ti, n])
+            node[ti, ri] = np.where(left, f["left"][ti, n], f["right"][ti, n])
+        for leaf_values in f["value"][tree, node]:
+            out += leaf_values
         return out
 
     def as_dict(self) -> dict[str, Any]:

@@ -29,8 +29,9 @@ DataFrame of the ``PHASES`` schema without collecting the fleet.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -125,6 +126,15 @@ class Trace:
     durations: np.ndarray
     usage: dict[str, np.ndarray]
     limit: dict[str, np.ndarray]
+    _summaries: dict[tuple[str, int], tuple[np.ndarray, ...]] = field(default_factory=dict, compare=False, repr=False)
+
+    def summaries(self, resource: str, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`~ai4dl.policies.rules.interval_summaries` of a resource's usage, taken once for the many
+        policies and knob values that read them."""
+        key = (resource, int(length))
+        if key not in self._summaries:
+            self._summaries[key] = interval_summaries(self.usage[resource], int(length))
+        return self._summaries[key]
 
     @classmethod
     def of(cls, pdf: pd.DataFrame, params: PoliciesConfig) -> "Trace":
@@ -164,26 +174,29 @@ def _as_limit(limit: np.ndarray | float, n: int) -> np.ndarray:
 def interval_decisions(
     policy: str, usage: np.ndarray, lim: np.ndarray, length: int, params: PoliciesConfig,
     phases: np.ndarray | None, stats: Mapping[int, Mapping], resource: str, successors: Mapping | None,
-    forecasters: Mapping | None = None,
+    forecasters: Mapping | None = None, summaries: tuple[np.ndarray, ...] | None = None,
 ) -> np.ndarray:
     """Per interval, what ``policy`` (any but ``vpa``) decides before it: NaN where it has no decision (the limit
-    is allocated). ``forecasters``: policy -> resource -> :class:`~ai4dl.policies.forecast.Forecaster`."""
+    is allocated). ``forecasters``: policy -> resource -> :class:`~ai4dl.policies.forecast.Forecaster`;
+    ``summaries``: the usage's :func:`~ai4dl.policies.rules.interval_summaries` when already taken."""
     n_int = -(-len(usage) // length)
+    if summaries is None and policy in ORACLES + ("prev.step.max", "prev.step.rules", "phase.headroom"):
+        summaries = interval_summaries(usage, length)
     if policy == "static":
         return np.full(n_int, np.nan)
     if policy in FORECASTS:
         fc = (forecasters or {}).get(policy, {}).get(resource)
         return forecast_decisions(fc, usage, lim, phases, length, float(params.forecast_spread))
     if policy in ORACLES:
-        return reactive_decisions(policy, params, *interval_summaries(usage, length))
+        return reactive_decisions(policy, params, *summaries)
     if policy in ("prev.step.max", "prev.step.rules"):
-        prev = [np.concatenate([[np.nan], s[:-1]]) for s in interval_summaries(usage, length)]
+        prev = [np.concatenate([[np.nan], s[:-1]]) for s in summaries]
         return reactive_decisions(policy, params, *prev)
     if phases is None:
         return np.full(n_int, np.nan)
     current, limits = phase_before(phases, length), limit_before(lim, length)
     if policy == "phase.headroom":
-        prev_max = np.concatenate([[np.nan], interval_summaries(usage, length)[0][:-1]])
+        prev_max = np.concatenate([[np.nan], summaries[0][:-1]])
         return headroom_decisions(prev_max, current, limits, params, stats, resource)
     return phase_decisions(current, limits, params, stats, resource, successors if policy == "phase.proactive" else None)
 
@@ -319,7 +332,7 @@ def allocations(
     else:
         successors = normalise_transitions(transitions) if policy == "phase.proactive" else None
         decided = interval_decisions(policy, usage, lim, length, params, trace.phases, normalise_stats(phase_stats),
-                                     resource, successors, forecasters)
+                                     resource, successors, forecasters, trace.summaries(resource, length))
     return held(decided, usage, lim, length, resource)
 
 
@@ -452,6 +465,13 @@ def knob_grids(knobs: Mapping[str, Sequence[float]] | None = None) -> dict[str, 
     return grids
 
 
+@functools.lru_cache(maxsize=1024)
+def _tuned(params: PoliciesConfig, knob: str, value: float) -> PoliciesConfig:
+    """``params`` with one knob set: built (and checked) once per knob value in a process, not once per container
+    and value, since the same few hundred are asked for every container of a replay."""
+    return dataclasses.replace(params, **{knob: value})
+
+
 def replay_container_grid(
     pdf: pd.DataFrame,
     params: PoliciesConfig | None = None,
@@ -498,7 +518,7 @@ def replay_container_grid(
                              for d in vpa_cpu_decisions(usage, length, params, trace.ts_seconds, grid)]
             shared["mem"] = vpa_memory(trace.usage["mem"], trace.limit["mem"], length, params, trace.ts_seconds, grid)
         for j, value in enumerate(grids[policy]):
-            tuned = dataclasses.replace(params, **{name: value})
+            tuned = _tuned(params, name, value)
             given = {resource: results[j] for resource, results in shared.items()} or None
             rows += [{**r, "knob": value} for r in _rows(trace, policy, tuned, phase_stats, transitions, given, forecasters)]
     return _frame(rows, POLICY_FRONTIER_FIELDS)

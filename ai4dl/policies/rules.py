@@ -364,12 +364,17 @@ def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, lengt
         d = float(decisions[t0 // length])
         prev_over = t0 > 0 and over_l[t0 - 1]
         prev_alloc = a[t0 - 1] if t0 > 0 else math.nan
-        for t in range(t0, end):
-            a[t], over_l[t], killed = oom_step(d, u[t], lim_l[t], prev_over, prev_alloc)
-            if killed:
+        for t in range(t0, end):  # oom_step and in_force written out: this loop is most of a memory replay
+            lt, ut = lim_l[t], u[t]
+            at = lt if d != d else (d if lt != lt else min(d, lt))
+            if at == at:
+                at = max(at, 0.0)
+            is_over = ut > at
+            if is_over and not (prev_over and at == prev_alloc):
                 kills[t] = True
-                d = max(a[t], oom_bump(u[t]))
-            prev_over, prev_alloc = over_l[t], a[t]
+                d = max(at, max(ut + OOM_MIN_BUMP_BYTES, ut * OOM_BUMP_RATIO))
+            a[t], over_l[t] = at, is_over
+            prev_over, prev_alloc = is_over, at
     return np.asarray(a), kills
 
 
