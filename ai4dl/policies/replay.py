@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -45,9 +46,12 @@ from ai4dl.policies.nextphase import normalise_transitions
 from ai4dl.policies.rules import (
     KNOBS,
     RESOURCES,
+    blocks,
     cap,
     closed_loop,
     headroom_decisions,
+    in_force,
+    interval_limits,
     interval_summaries,
     jumps_of,
     limit_before,
@@ -250,6 +254,12 @@ def vpa_memory(usage: np.ndarray, lim: np.ndarray, length: int, params: Policies
     amount = [VpaRecommender.memory_amount(v) for v in usage[kept].tolist()]
     quiet = _quiet_runs(usage, kept, bounds, at, amount)
     values, limits, kept_l = usage.tolist(), lim.tolist(), kept.tolist()
+    # per interval, its highest known usage and its limit when one known value holds for the whole interval (else
+    # NaN): then "no step above the allocation" is one comparison of Python floats, not three numpy calls
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # intervals without a known usage
+        tops = np.nanmax(blocks(usage, length), axis=1).tolist() if n else []
+    one_limit = interval_limits(lim, length)  # with tops: is any step above an allocation, in one comparison
     out = []
     for q in percentiles:
         rec = VpaRecommender(s["params"])
@@ -264,9 +274,14 @@ def vpa_memory(usage: np.ndarray, lim: np.ndarray, length: int, params: Policies
                 if target is not None:
                     d = target
             s0, s1 = i * length, min((i + 1) * length, n)
-            block = cap(np.full(s1 - s0, d), lim[s0:s1])
-            with np.errstate(invalid="ignore"):
-                calm = not (usage[s0:s1] > block).any()
+            if one_limit[i] == one_limit[i]:
+                block = last = in_force(d, one_limit[i])
+                calm = not tops[i] > last
+            else:
+                block = cap(np.full(s1 - s0, d), lim[s0:s1])
+                last = float(block[-1])
+                with np.errstate(invalid="ignore"):
+                    calm = not (usage[s0:s1] > block).any()
             start, end = bounds[i], bounds[i + 1]
             if calm:
                 alloc[s0:s1] = block
@@ -274,7 +289,7 @@ def vpa_memory(usage: np.ndarray, lim: np.ndarray, length: int, params: Policies
                     first_ns, last_ns, peak, forward = quiet[i]
                     if not (forward and rec.add_quiet_memory_run(first_ns, last_ns, peak)):
                         rec.add_memory_run(at, amount, start, end)
-                prev_over, prev_alloc = False, float(block[-1])
+                prev_over, prev_alloc = False, last
                 continue
             j = start
             for t in range(s0, s1):

@@ -345,7 +345,8 @@ def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, lengt
     """Per-step memory allocations and OOM kills of a policy (every one but ``vpa``) whose per-interval
     ``decisions`` are raised by :func:`oom_bump` after each kill, to the end of the interval (:func:`oom_step`).
     Intervals without a step above the decision are allocated as decided, at numpy speed; the others step by
-    step from their first step above it."""
+    step from their first step above it, until a kill's bump leaves the rest of the interval under its
+    allocation (its highest usage to come at or below it, one limit throughout): that rest is allocated at once."""
     n = len(usage)
     alloc = cap(np.repeat(decisions, length)[:n], lim)
     with np.errstate(invalid="ignore"):
@@ -355,13 +356,14 @@ def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, lengt
         return alloc, kills
     u, lim_l, a = usage.tolist(), lim.tolist(), alloc.tolist()
     over_l = over.tolist()
+    ahead, one_limit = _usage_ahead(usage, length), interval_limits(lim, length)
     done = -1  # the last interval stepped through
     for t0 in np.flatnonzero(over).tolist():
         if t0 // length == done:
             continue
         done = t0 // length
         end = min((done + 1) * length, n)
-        d = float(decisions[t0 // length])
+        d = float(decisions[done])
         prev_over = t0 > 0 and over_l[t0 - 1]
         prev_alloc = a[t0 - 1] if t0 > 0 else math.nan
         for t in range(t0, end):  # oom_step and in_force written out: this loop is most of a memory replay
@@ -370,17 +372,46 @@ def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, lengt
             if at == at:
                 at = max(at, 0.0)
             is_over = ut > at
-            if is_over and not (prev_over and at == prev_alloc):
-                kills[t] = True
-                d = max(at, max(ut + OOM_MIN_BUMP_BYTES, ut * OOM_BUMP_RATIO))
+            killed = is_over and not (prev_over and at == prev_alloc)
             a[t], over_l[t] = at, is_over
             prev_over, prev_alloc = is_over, at
+            if killed:
+                kills[t] = True
+                d = max(at, max(ut + OOM_MIN_BUMP_BYTES, ut * OOM_BUMP_RATIO))
+                rest = one_limit[done]
+                if t + 1 < end and rest == rest:
+                    level = in_force(d, rest)
+                    if not ahead[t] > level:  # no step to come is above the bumped allocation
+                        a[t + 1:end] = [level] * (end - t - 1)
+                        over_l[t + 1:end] = [False] * (end - t - 1)
+                        break
     return np.asarray(a), kills
+
+
+def _usage_ahead(usage: np.ndarray, length: int) -> list[float]:
+    """Per step, the highest known usage of the steps after it in its interval (NaN: none)."""
+    b = blocks(np.asarray(usage, dtype=float), length)
+    after = np.full(b.shape, np.nan)
+    after[:, :-1] = np.fmax.accumulate(b[:, :0:-1], axis=1)[:, ::-1]  # fmax: NaN only where all are NaN
+    return after.ravel()[: len(usage)].tolist()
+
+
+def interval_limits(lim: np.ndarray, length: int) -> list[float]:
+    """Per interval, its limit when one known value holds for all of its steps, else NaN: with it, whether any
+    step of the interval is above an allocation is one comparison with the interval's highest usage."""
+    n = len(lim)
+    if n == 0:
+        return []
+    lim_b = blocks(np.asarray(lim, dtype=float), length)
+    lim_b[-1, n - (len(lim_b) - 1) * length:] = lim_b[-1, 0]  # the last interval's padding is not a step
+    with np.errstate(invalid="ignore"):
+        one = np.all(lim_b == lim_b[:, :1], axis=1)  # False with any NaN
+    return np.where(one, lim_b[:, 0], np.nan).tolist()
 
 
 __all__ = [
     "HEADROOM_LEVELS", "KNOBS", "OOM_BUMP_RATIO", "OOM_MIN_BUMP_BYTES", "RESOURCES", "blocks", "cap", "closed_loop",
-    "finite_value", "headroom", "headroom_decisions", "headroom_tables", "in_force", "interval_summaries", "jumps_of",
+    "finite_value", "headroom", "headroom_decisions", "headroom_tables", "in_force", "interval_limits", "interval_summaries", "jumps_of",
     "knob_of", "limit_before", "normalise_stats", "oom_bump", "oom_step", "phase_before", "phase_codes",
     "phase_decisions", "reactive_decisions", "vpa_params",
 ]
