@@ -80,8 +80,17 @@ def test_pandas_and_arrow_engines_agree(spark, fleet):
     assert a["phase"].dropna().astype(int).tolist() == p["phase"].dropna().astype(int).tolist()
     for x, y in zip(a["activations"], p["activations"]):
         assert (x is None and y is None) or np.allclose(x, y)
+    # decoded: the arrow engine encodes and decodes each container in one call, the pandas one labels then decodes
+    a = label_windows(part, model, engine="arrow", decoding="forward").orderBy("pod_id", "step").toPandas()
+    p = label_windows(part, model, engine="pandas", decoding="forward").orderBy("pod_id", "step").toPandas()
+    assert a["phase"].isna().tolist() == p["phase"].isna().tolist()
+    assert a["phase"].dropna().astype(int).tolist() == p["phase"].dropna().astype(int).tolist()
+    np.testing.assert_allclose(a["distance"].to_numpy(dtype=float), p["distance"].to_numpy(dtype=float), rtol=1e-9)
+    assert a.drop(columns=["phase", "distance", "activations"]).equals(p.drop(columns=["phase", "distance", "activations"]))
     with pytest.raises(ValueError, match="engine"):
         label_windows(part, model, engine="numba")
+    with pytest.raises(ValueError, match="engine"):
+        label_windows(part, model, engine="numba", decoding="forward")
 
 
 def test_steps_without_history_get_no_phase(spark, fleet):
