@@ -184,17 +184,23 @@ class Trees:
 
     @functools.cached_property
     def _forest(self) -> dict[str, np.ndarray]:
-        """The trees' node arrays stacked into ``(trees, nodes)`` matrices, shorter trees padded with leaves of
-        value 0, so that a prediction walks every tree at once: one pass per level, not per tree and level."""
-        width = max((len(t["leaf"]) for t in self.trees), default=1)
-        pad = {"feature": 0, "threshold": 0.0, "missing_left": False, "left": 0, "right": 0, "leaf": True, "value": 0.0}
-        forest = {}
-        for k in _TREE_FIELDS:
-            m = np.full((len(self.trees), width), pad[k], dtype=self.trees[0][k].dtype if self.trees else float)
-            for i, t in enumerate(self.trees):
-                m[i, :len(t[k])] = t[k]
-            forest[k] = m
-        return forest
+        """Every tree's nodes in one flat array per field, children as flat indices, and every leaf its own
+        child on both sides: a prediction then walks all trees at once, one pass per level of the deepest,
+        and a row that reached its leaf stays there."""
+        sizes = [len(t["leaf"]) for t in self.trees]
+        start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        flat = {k: np.concatenate([t[k] for t in self.trees]) for k in _TREE_FIELDS}
+        own = np.arange(len(flat["leaf"]), dtype=np.int64)
+        offset = np.repeat(start, sizes)
+        leaf = flat["leaf"]
+        left, right = np.where(leaf, own, flat["left"] + offset), np.where(leaf, own, flat["right"] + offset)
+        depth, level = 0, start[~leaf[start]]
+        while len(level):  # the deepest tree's depth: how many passes take every row to its leaf
+            level = np.concatenate([left[level], right[level]])
+            level = level[~leaf[level]]
+            depth += 1
+        return {"roots": start, "depth": depth, "feature": flat["feature"], "threshold": flat["threshold"],
+                "missing_left": flat["missing_left"] | leaf, "left": left, "right": right, "value": flat["value"]}
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """One value per row (NaN inputs go where the trees learned missing values go); the leaf values are
@@ -206,17 +212,13 @@ class Trees:
         if not len(x) or not self.trees:
             return out
         f = self._forest
-        tree = np.arange(len(self.trees))[:, None]
-        node = np.zeros((len(self.trees), len(x)), dtype=np.int64)
-        while True:
-            ti, ri = np.nonzero(~f["leaf"][tree, node])
-            if not len(ti):
-                break
-            n = node[ti, ri]
-            v = x[ri, f["feature"][ti, n]]
-            left = np.where(np.isnan(v), f["missing_left"][ti, n], v <= f["threshold"][ti, n])
-            node[ti, ri] = np.where(left, f["left"][ti, n], f["right"][ti, n])
-        for leaf_values in f["value"][tree, node]:
+        node = np.repeat(f["roots"][:, None], len(x), axis=1)  # (trees, rows): flat node indices
+        rows = np.arange(len(x))[None, :]
+        for _ in range(f["depth"]):
+            v = x[rows, f["feature"][node]]
+            go_left = np.where(np.isnan(v), f["missing_left"][node], v <= f["threshold"][node])
+            node = np.where(go_left, f["left"][node], f["right"][node])
+        for leaf_values in f["value"][node]:
             out += leaf_values
         return out
 

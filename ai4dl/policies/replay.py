@@ -46,6 +46,7 @@ from ai4dl.policies.nextphase import normalise_transitions
 from ai4dl.policies.rules import (
     KNOBS,
     RESOURCES,
+    MemoryOutlook,
     blocks,
     cap,
     closed_loop,
@@ -130,15 +131,22 @@ class Trace:
     durations: np.ndarray
     usage: dict[str, np.ndarray]
     limit: dict[str, np.ndarray]
-    _summaries: dict[tuple[str, int], tuple[np.ndarray, ...]] = field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[tuple[str, int], Any] = field(default_factory=dict, compare=False, repr=False)
 
     def summaries(self, resource: str, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:func:`~ai4dl.policies.rules.interval_summaries` of a resource's usage, taken once for the many
         policies and knob values that read them."""
         key = (resource, int(length))
-        if key not in self._summaries:
-            self._summaries[key] = interval_summaries(self.usage[resource], int(length))
-        return self._summaries[key]
+        if key not in self._memo:
+            self._memo[key] = interval_summaries(self.usage[resource], int(length))
+        return self._memo[key]
+
+    def outlook(self, length: int) -> MemoryOutlook:
+        """The memory usage's :class:`~ai4dl.policies.rules.MemoryOutlook`, taken once for every memory replay."""
+        key = ("mem.outlook", int(length))
+        if key not in self._memo:
+            self._memo[key] = MemoryOutlook.of(self.usage["mem"], self.limit["mem"], int(length))
+        return self._memo[key]
 
     @classmethod
     def of(cls, pdf: pd.DataFrame, params: PoliciesConfig) -> "Trace":
@@ -348,15 +356,17 @@ def allocations(
         successors = normalise_transitions(transitions) if policy == "phase.proactive" else None
         decided = interval_decisions(policy, usage, lim, length, params, trace.phases, normalise_stats(phase_stats),
                                      resource, successors, forecasters, trace.summaries(resource, length))
-    return held(decided, usage, lim, length, resource)
+    return held(decided, usage, lim, length, resource, trace.outlook(length) if resource == "mem" else None)
 
 
-def held(decided: np.ndarray, usage: np.ndarray, lim: np.ndarray, length: int, resource: str) -> tuple[np.ndarray, np.ndarray]:
+def held(decided: np.ndarray, usage: np.ndarray, lim: np.ndarray, length: int, resource: str,
+         outlook: MemoryOutlook | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-step allocations and OOM kills of per-interval decisions held for their interval: capped at the
-    limit; for memory raised after each OOM kill (:func:`~ai4dl.policies.rules.closed_loop`)."""
+    limit; for memory raised after each OOM kill (:func:`~ai4dl.policies.rules.closed_loop`, ``outlook`` the
+    memory trace's :class:`~ai4dl.policies.rules.MemoryOutlook` when already taken)."""
     n = len(usage)
     if resource == "mem":
-        return closed_loop(decided, usage, lim, length)
+        return closed_loop(decided, usage, lim, length, outlook)
     return cap(np.repeat(decided, length)[:n], lim), np.zeros(n, dtype=bool)
 
 
@@ -524,8 +534,9 @@ def replay_container_grid(
                 usage, lim = trace.usage[resource], trace.limit[resource]
                 fcast = forecast_of(fc, usage, lim, trace.phases, length)
                 n_int = -(-len(usage) // length)
+                outlook = trace.outlook(length) if resource == "mem" else None
                 shared[resource] = [held(np.full(n_int, np.nan) if fcast is None else fcast.decisions(value), usage, lim,
-                                         length, resource) for value in grids[policy]]
+                                         length, resource, outlook) for value in grids[policy]]
         if policy == "vpa" and len(trace.usage["cpu"]):  # every percentile from one conversion of the samples
             grid = grids[policy]
             usage, lim = trace.usage["cpu"], trace.limit["cpu"]

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -341,12 +342,31 @@ def oom_step(decision: float, usage: float, limit: float, prev_over: bool, prev_
     return alloc, over, killed
 
 
-def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class MemoryOutlook:
+    """What :func:`closed_loop` reads of a memory trace whatever the decisions, taken once for the hundred
+    decision sequences a knob grid replays over it: usage and limits as Python floats, per step the highest
+    usage still to come in its interval, per interval its one limit (:func:`interval_limits`)."""
+
+    usage: list[float]
+    limit: list[float]
+    ahead: list[float]
+    one_limit: list[float]
+
+    @classmethod
+    def of(cls, usage: np.ndarray, lim: np.ndarray, length: int) -> "MemoryOutlook":
+        return cls(np.asarray(usage, dtype=float).tolist(), np.asarray(lim, dtype=float).tolist(),
+                   _usage_ahead(usage, length), interval_limits(lim, length))
+
+
+def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, length: int,
+                outlook: MemoryOutlook | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-step memory allocations and OOM kills of a policy (every one but ``vpa``) whose per-interval
     ``decisions`` are raised by :func:`oom_bump` after each kill, to the end of the interval (:func:`oom_step`).
     Intervals without a step above the decision are allocated as decided, at numpy speed; the others step by
     step from their first step above it, until a kill's bump leaves the rest of the interval under its
-    allocation (its highest usage to come at or below it, one limit throughout): that rest is allocated at once."""
+    allocation (its highest usage to come at or below it, one limit throughout): that rest is allocated at once.
+    ``outlook``: the trace's :class:`MemoryOutlook`, when already taken."""
     n = len(usage)
     alloc = cap(np.repeat(decisions, length)[:n], lim)
     with np.errstate(invalid="ignore"):
@@ -354,9 +374,9 @@ def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, lengt
     kills = np.zeros(n, dtype=bool)
     if not over.any():
         return alloc, kills
-    u, lim_l, a = usage.tolist(), lim.tolist(), alloc.tolist()
-    over_l = over.tolist()
-    ahead, one_limit = _usage_ahead(usage, length), interval_limits(lim, length)
+    seen = outlook or MemoryOutlook.of(usage, lim, length)
+    u, lim_l, ahead, one_limit = seen.usage, seen.limit, seen.ahead, seen.one_limit
+    a, over_l = alloc.tolist(), over.tolist()
     done = -1  # the last interval stepped through
     for t0 in np.flatnonzero(over).tolist():
         if t0 // length == done:
@@ -410,7 +430,7 @@ def interval_limits(lim: np.ndarray, length: int) -> list[float]:
 
 
 __all__ = [
-    "HEADROOM_LEVELS", "KNOBS", "OOM_BUMP_RATIO", "OOM_MIN_BUMP_BYTES", "RESOURCES", "blocks", "cap", "closed_loop",
+    "HEADROOM_LEVELS", "KNOBS", "MemoryOutlook", "OOM_BUMP_RATIO", "OOM_MIN_BUMP_BYTES", "RESOURCES", "blocks", "cap", "closed_loop",
     "finite_value", "headroom", "headroom_decisions", "headroom_tables", "in_force", "interval_limits", "interval_summaries", "jumps_of",
     "knob_of", "limit_before", "normalise_stats", "oom_bump", "oom_step", "phase_before", "phase_codes",
     "phase_decisions", "reactive_decisions", "vpa_params",
