@@ -288,12 +288,6 @@ PASSTHROUGH = ["pod_id", "service", "ts", "step", "cpu_usage_cores", "cpu_num_co
 ENGINES = ("arrow", "pandas")
 
 
-def _broadcast(df: DataFrame, model: PhaseModel) -> Any:
-    """The model's arrays broadcast once per job (what :func:`_unpack` reads back in the executors)."""
-    payload = {"arrays": model.arrays(), "refine_ids": {p: ids for p, (_, ids) in model.refinements.items()}}
-    return df.sparkSession.sparkContext.broadcast(payload)
-
-
 def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int, tuple[np.ndarray, tuple[int, ...]]]]:
     a = payload["arrays"]
     weights = CRBMWeights.from_dict({k: a[k] for k in ("W", "B", "A", "v_bias", "h_bias")})
@@ -324,42 +318,8 @@ def label_windows(windows: DataFrame, model: PhaseModel, engine: str = "arrow", 
     """Silver windows -> phases rows (schema ``PHASES``), labelled in the executors batch by batch, then with a
     ``decoding`` other than ``none`` each container's phases decoded over its steps in time order
     (:func:`decode`; ``switch_penalty`` in units of the switch gap). Lazy, like a fitted ``pyspark.ml`` model's
-    ``transform``; :func:`label_arrays` does the same on numpy arrays.
-
-    With the ``arrow`` engine and a decoding, the windows are grouped by container first and each container is
-    encoded and decoded in one Python call: what crosses the shuffle is the windows (``features`` and
-    ``history``), not the wider activations, and the rows go to Python and back once, not twice."""
-    if engine not in ENGINES:
-        raise ConfigError(f"label.engine: {engine!r} is not allowed: one of {', '.join(ENGINES)}")
-    if engine == "arrow" and decoding_of(model, decoding) != "none":
-        return _label_containers(windows, model, model_id, decoding, switch_penalty)
+    ``transform``; :func:`label_arrays` does the same on numpy arrays."""
     return decode(label(windows, model, model_id, engine), model, decoding, switch_penalty)
-
-
-def _label_containers(windows: DataFrame, model: PhaseModel, model_id: str | None, decoding: str,
-                      switch_penalty: float | None) -> DataFrame:
-    """:func:`label` then :func:`decode`, one container per Python call (:func:`_labelled_batch` on its
-    batches, then :func:`decode_table`)."""
-    import pyarrow as pa
-
-    from ai4dl.lake.schema import PHASES
-
-    decoding = decoding_of(model, decoding)
-    centers, penalty = np.asarray(model.centers, dtype=np.float64), switch_cost(model, decoding, switch_penalty)
-    bc = _broadcast(windows, model)
-    n_vis, n_cond = model.crbm.n_visible, model.crbm.n_visible * model.n_history
-    mid = model_id or model.model_id
-    names = PHASES.fieldNames()
-    unpacked: list[tuple] = []  # the model, unpacked once per task rather than once per container
-
-    def run(table: Any) -> Any:
-        if not unpacked:
-            unpacked.append(_unpack(bc.value))
-        batches = [_labelled_batch(b, unpacked[0], n_vis, n_cond, mid, names) for b in table.to_batches()]
-        return decode_table(pa.Table.from_batches(batches), centers, decoding, penalty)
-
-    cols = [*PASSTHROUGH, "features", "history", "has_full_history"]
-    return windows.select(*cols).groupBy("pod_id").applyInArrow(run, PHASES)
 
 
 def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, engine: str = "arrow") -> DataFrame:
@@ -368,7 +328,9 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
 
     if engine not in ENGINES:
         raise ConfigError(f"label.engine: {engine!r} is not allowed: one of {', '.join(ENGINES)}")
-    bc = _broadcast(silver, model)
+    spark = silver.sparkSession
+    payload = {"arrays": model.arrays(), "refine_ids": {p: ids for p, (_, ids) in model.refinements.items()}}
+    bc = spark.sparkContext.broadcast(payload)
     n_vis, n_cond = model.crbm.n_visible, model.crbm.n_visible * model.n_history
     mid = model_id or model.model_id
     cols = [*PASSTHROUGH, "features", "history", "has_full_history"]
@@ -409,42 +371,40 @@ def _matrix(column: Any, rows: Any, width: int) -> np.ndarray:
     return flat.to_numpy(zero_copy_only=False).astype(np.float64, copy=False).reshape(-1, width)
 
 
-def _labelled_batch(batch: Any, unpacked: tuple, n_vis: int, n_cond: int, model_id: str, names: list[str]) -> Any:
-    """One Arrow batch of silver rows -> the same rows as ``PHASES`` columns ``names`` (in that order): the
-    full windows encoded and assigned to their nearest phase, the others with null phase, distance and
-    activations. ``unpacked``: the model as :func:`_unpack` gives it."""
-    import pyarrow as pa
-
-    weights, centers, refinements = unpacked
-    n = batch.num_rows
-    full_col = batch.column("has_full_history")
-    full = full_col.to_numpy(zero_copy_only=False).astype(bool)
-    phase = np.zeros(n, dtype=np.int32)
-    dist = np.zeros(n, dtype=np.float64)
-    values = np.zeros((0, weights.n_hidden))
-    if full.any():
-        x = _matrix(batch.column("features"), full_col, n_vis)
-        cond = _matrix(batch.column("history"), full_col, n_cond)
-        ph, d, h = label_batch(weights, centers, refinements, x, cond)
-        phase[full], dist[full], values = ph, d, h
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    offsets[1:] = np.cumsum(full.astype(np.int32) * weights.n_hidden)
-    computed = {
-        "phase": pa.array(phase, mask=~full),
-        "distance": pa.array(dist, mask=~full),
-        "activations": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.ravel()), mask=pa.array(~full)),
-        "model_id": pa.array(np.full(n, model_id, dtype=object), type=pa.string()),
-    }
-    columns = [computed[c] if c in computed else batch.column(c) for c in names]
-    return pa.RecordBatch.from_arrays(columns, schema=pa.schema([pa.field(nm, col.type) for nm, col in zip(names, columns)]))
-
-
 def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str, names: list[str]):
     """``names``: the PHASES columns in order (mapInArrow matches columns by position)."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
-        unpacked = _unpack(bc.value)
+        import pyarrow as pa
+
+        weights, centers, refinements = _unpack(bc.value)
+        n_hidden = weights.n_hidden
+        out_schema = None
         for batch in batches:
-            yield _labelled_batch(batch, unpacked, n_vis, n_cond, model_id, names)
+            n = batch.num_rows
+            full_col = batch.column("has_full_history")
+            full = full_col.to_numpy(zero_copy_only=False).astype(bool)
+            phase = np.zeros(n, dtype=np.int32)
+            dist = np.zeros(n, dtype=np.float64)
+            values = np.zeros((0, n_hidden))
+            if full.any():
+                x = _matrix(batch.column("features"), full_col, n_vis)
+                cond = _matrix(batch.column("history"), full_col, n_cond)
+                ph, d, h = label_batch(weights, centers, refinements, x, cond)
+                phase[full], dist[full], values = ph, d, h
+            missing = pa.array(~full)
+            offsets = np.zeros(n + 1, dtype=np.int32)
+            offsets[1:] = np.cumsum(full.astype(np.int32) * n_hidden)
+            activations = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.ravel()), mask=missing)
+            computed = {
+                "phase": pa.array(phase, mask=~full),
+                "distance": pa.array(dist, mask=~full),
+                "activations": activations,
+                "model_id": pa.array(np.full(n, model_id, dtype=object), type=pa.string()),
+            }
+            columns = [computed[c] if c in computed else batch.column(c) for c in names]
+            if out_schema is None:
+                out_schema = pa.schema([pa.field(nm, col.type) for nm, col in zip(names, columns)])
+            yield pa.RecordBatch.from_arrays(columns, schema=out_schema)
 
     return run
 
