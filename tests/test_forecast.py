@@ -65,6 +65,18 @@ def test_bad_stored_forecasters_are_one_error():
     data["upper"]["trees"][0]["left"][0] = 10_000
     with pytest.raises(ModelError, match="malformed"):
         Forecaster.from_dict(data)
+    for field, value in (("left", -1), ("right", 0)):  # a negative child; a child that is its own root: a cycle
+        bad = fc.as_dict()
+        root = bad["upper"]["trees"][0]
+        assert not root["leaf"][0]
+        root[field][0] = value
+        with pytest.raises(ModelError, match="malformed"):
+            Forecaster.from_dict(bad)
+    odd = fc.as_dict()  # a leaf's feature is never read: any value loads and predicts the same
+    tree = odd["upper"]["trees"][0]
+    tree["feature"] = [f if not leaf else 999 for f, leaf in zip(tree["feature"], tree["leaf"])]
+    probe, _ = _rows(50, seed=2)
+    assert np.array_equal(Forecaster.from_dict(odd).upper.predict(probe), fc.upper.predict(probe))
     with pytest.raises(ModelError, match="not a stored forecaster"):
         Forecaster.from_dict({"quantile": 0.5})
     with pytest.raises(ModelError, match="rows of 15 inputs"):

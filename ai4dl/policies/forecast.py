@@ -188,6 +188,8 @@ class Trees:
         child on both sides: a prediction then walks all trees at once, one pass per level of the deepest,
         and a row that reached its leaf stays there."""
         sizes = [len(t["leaf"]) for t in self.trees]
+        if not sizes:  # the baseline alone
+            return {"roots": np.zeros(0, dtype=np.int64), "depth": 0}
         start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         flat = {k: np.concatenate([t[k] for t in self.trees]) for k in _TREE_FIELDS}
         own = np.arange(len(flat["leaf"]), dtype=np.int64)
@@ -199,7 +201,10 @@ class Trees:
             level = np.concatenate([left[level], right[level]])
             level = level[~leaf[level]]
             depth += 1
-        return {"roots": start, "depth": depth, "feature": flat["feature"], "threshold": flat["threshold"],
+            if depth > max(sizes):
+                raise ModelError("forecaster: a stored tree is malformed (a walk that reaches no leaf)")
+        feature = np.where(leaf, 0, flat["feature"])  # a leaf's split feature is never read: any stored value will do
+        return {"roots": start, "depth": depth, "feature": feature, "threshold": flat["threshold"],
                 "missing_left": flat["missing_left"] | leaf, "left": left, "right": right, "value": flat["value"]}
 
     def predict(self, x: np.ndarray) -> np.ndarray:
@@ -240,8 +245,10 @@ class Trees:
             inner = ~t["leaf"]
             if any(len(t[k]) != n for k in _TREE_FIELDS) or n == 0 or (
                     inner.any() and (t["left"][inner].max() >= n or t["right"][inner].max() >= n
+                                     or min(t["left"][inner].min(), t["right"][inner].min()) < 0
                                      or t["feature"][inner].max() >= out.n_features or t["feature"][inner].min() < 0)):
                 raise ModelError("forecaster: a stored tree is malformed")
+        out._forest  # noqa: B018 - flattened now, so a tree whose walk never reaches a leaf fails here, not later
         return out
 
 
