@@ -80,7 +80,7 @@ def test_pandas_and_arrow_engines_agree(spark, fleet):
     assert a["phase"].dropna().astype(int).tolist() == p["phase"].dropna().astype(int).tolist()
     for x, y in zip(a["activations"], p["activations"]):
         assert (x is None and y is None) or np.allclose(x, y)
-    # decoded: the arrow engine encodes and decodes each container in one call, the pandas one labels then decodes
+    # decoded: both engines label, then decode each container over its steps in time order
     a = label_windows(part, model, engine="arrow", decoding="forward").orderBy("pod_id", "step").toPandas()
     p = label_windows(part, model, engine="pandas", decoding="forward").orderBy("pod_id", "step").toPandas()
     assert a["phase"].isna().tolist() == p["phase"].isna().tolist()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -47,7 +46,6 @@ from ai4dl.policies.rules import (
     KNOBS,
     RESOURCES,
     MemoryOutlook,
-    blocks,
     cap,
     closed_loop,
     headroom_decisions,
@@ -192,23 +190,25 @@ def interval_decisions(
     is allocated). ``forecasters``: policy -> resource -> :class:`~ai4dl.policies.forecast.Forecaster`;
     ``summaries``: the usage's :func:`~ai4dl.policies.rules.interval_summaries` when already taken."""
     n_int = -(-len(usage) // length)
-    if summaries is None and policy in ORACLES + ("prev.step.max", "prev.step.rules", "phase.headroom"):
-        summaries = interval_summaries(usage, length)
+
+    def summarised() -> tuple[np.ndarray, ...]:
+        return summaries if summaries is not None else interval_summaries(usage, length)
+
     if policy == "static":
         return np.full(n_int, np.nan)
     if policy in FORECASTS:
         fc = (forecasters or {}).get(policy, {}).get(resource)
         return forecast_decisions(fc, usage, lim, phases, length, float(params.forecast_spread))
     if policy in ORACLES:
-        return reactive_decisions(policy, params, *summaries)
+        return reactive_decisions(policy, params, *summarised())
     if policy in ("prev.step.max", "prev.step.rules"):
-        prev = [np.concatenate([[np.nan], s[:-1]]) for s in summaries]
+        prev = [np.concatenate([[np.nan], s[:-1]]) for s in summarised()]
         return reactive_decisions(policy, params, *prev)
     if phases is None:
         return np.full(n_int, np.nan)
     current, limits = phase_before(phases, length), limit_before(lim, length)
     if policy == "phase.headroom":
-        prev_max = np.concatenate([[np.nan], summaries[0][:-1]])
+        prev_max = np.concatenate([[np.nan], summarised()[0][:-1]])
         return headroom_decisions(prev_max, current, limits, params, stats, resource)
     return phase_decisions(current, limits, params, stats, resource, successors if policy == "phase.proactive" else None)
 
@@ -264,10 +264,7 @@ def vpa_memory(usage: np.ndarray, lim: np.ndarray, length: int, params: Policies
     values, limits, kept_l = usage.tolist(), lim.tolist(), kept.tolist()
     # per interval, its highest known usage and its limit when one known value holds for the whole interval (else
     # NaN): then "no step above the allocation" is one comparison of Python floats, not three numpy calls
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # intervals without a known usage
-        tops = np.nanmax(blocks(usage, length), axis=1).tolist() if n else []
-    one_limit = interval_limits(lim, length)  # with tops: is any step above an allocation, in one comparison
+    tops, one_limit = interval_summaries(usage, length)[0].tolist(), interval_limits(lim, length)
     out = []
     for q in percentiles:
         rec = VpaRecommender(s["params"])

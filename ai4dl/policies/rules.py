@@ -374,7 +374,7 @@ def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, lengt
     kills = np.zeros(n, dtype=bool)
     if not over.any():
         return alloc, kills
-    seen = outlook or MemoryOutlook.of(usage, lim, length)
+    seen = outlook if outlook is not None else MemoryOutlook.of(usage, lim, length)
     u, lim_l, ahead, one_limit = seen.usage, seen.limit, seen.ahead, seen.one_limit
     a, over_l = alloc.tolist(), over.tolist()
     done = -1  # the last interval stepped through
@@ -397,7 +397,7 @@ def closed_loop(decisions: np.ndarray, usage: np.ndarray, lim: np.ndarray, lengt
             prev_over, prev_alloc = is_over, at
             if killed:
                 kills[t] = True
-                d = max(at, max(ut + OOM_MIN_BUMP_BYTES, ut * OOM_BUMP_RATIO))
+                d = max(at, oom_bump(ut))  # kills are rare: the shared definition costs nothing here
                 rest = one_limit[done]
                 if t + 1 < end and rest == rest:
                     level = in_force(d, rest)
