@@ -49,6 +49,16 @@ def test_a_level_missed_in_training_is_flagged_and_phases_worth_nothing_say_so()
     assert verdict(phase_worth(table))[0].startswith("cpu at 97% of steps met: phases add nothing on this fleet")
 
 
+def test_a_rung_without_its_policy_is_said_to_be_unmeasured_not_a_nan():
+    """A forecaster rung whose policy has no rows (not fitted, or no container to calibrate it on) leaves what
+    phases add unknown: the verdict says so instead of printing "+nan%"."""
+    without = _totals(BASE)
+    table = ladder({"a": (without, without), "b": (without, without)}, (Level("cpu", 0.95),))
+    line = verdict(phase_worth(table))[0]
+    assert line == ("cpu at 95% of steps met: what phases add is not measured (the forecasters with and without "
+                    "phases were not both scored)")
+
+
 def test_default_levels():
     labels = [(lv.resource, lv.label) for lv in default_levels(10.0)]
     assert labels == [("cpu", "95% of steps met"), ("cpu", "99% of steps met"), ("mem", "95% of steps met"),

@@ -1002,7 +1002,10 @@ def test_calibration_chooses_knobs_on_training_containers_only(spark, cfg):
 
 def test_calibration_replays_a_fixed_subset_of_training_containers_on_a_large_fleet(spark, cfg):
     """Above policies.calibration_containers training containers, the knob grid is replayed on a hash-chosen
-    subset of about that many: training ones only, the same on every run, all of them on a small fleet."""
+    subset of about that many: training ones only, the same on every run, all of them on a small fleet, and none
+    the forecasters were fitted on while there are enough others (a forecaster's margin is calibrated only on
+    containers its trees never saw: a subset inside their fit sample left the forecast policies out of the
+    calibration altogether, as on the 10M-row bench fleet)."""
     from ai4dl.policies.model import PolicyEstimator
 
     ids = spark.createDataFrame([(f"pod-{i}",) for i in range(1000)], "pod_id string")
@@ -1016,8 +1019,12 @@ def test_calibration_replays_a_fixed_subset_of_training_containers_on_a_large_fl
     chosen = {r[0] for r in subset.collect()}
     assert n == len(everyone) and chosen < everyone and 300 <= len(chosen) <= 500
     assert {r[0] for r in capped.calibration_containers(train)[0].collect()} == chosen
-    smaller = {r[0] for r in ContainerSplit.of(cfg.window).training_sample(train, 0.1).collect()}
+    smaller = {r[0] for r in ContainerSplit.of(cfg.window).training_sample(train, 0.1, from_end=True).collect()}
     assert smaller < chosen  # a smaller share is a subset of a larger one
+    fit_share = cfg.policies.forecast_fit_share
+    assert 400 / len(everyone) <= 1 - fit_share  # so the two samples can be kept apart
+    fitted = {r[0] for r in split.training_sample(train, fit_share).collect()}
+    assert fitted and not fitted & chosen
     with pytest.raises(ConfigError):
         cfg.replace(policies={"calibration_containers": 0})
 

@@ -60,21 +60,28 @@ class ContainerSplit:
 
         return df.where(self.is_training(F.col(pod_column)))
 
-    def in_training_sample(self, pod_id: "Column", share: float) -> "Column":
-        """A boolean column: the container's hash falls in the first ``share`` of the training range."""
+    def in_training_sample(self, pod_id: "Column", share: float, from_end: bool = False) -> "Column":
+        """A boolean column: the container's hash falls in the first ``share`` of the training range (the last,
+        ``from_end``: two samples drawn from opposite ends do not meet while their shares sum to at most 1)."""
         from pyspark.sql import functions as F
 
         if not 0.0 < float(share) <= 1.0:
             raise ConfigError(f"training_sample: share {share!r} is not in (0, 1]")
         cut = max(1, int(round(float(share) * float(self.train_fraction) * _BUCKETS)))
-        return self._bucket(pod_id) < F.lit(cut)
+        if not from_end:
+            return self._bucket(pod_id) < F.lit(cut)
+        end = int(round(float(self.train_fraction) * _BUCKETS))
+        bucket = self._bucket(pod_id)
+        return (bucket >= F.lit(max(0, end - cut))) & (bucket < F.lit(end))
 
-    def training_sample(self, df: "DataFrame", share: float, pod_column: str = "pod_id") -> "DataFrame":
-        """The training containers whose hash falls in the first ``share`` of the training range: about that
-        share of them, the same ones on every run, and a smaller share gives a subset of a larger one's."""
+    def training_sample(self, df: "DataFrame", share: float, pod_column: str = "pod_id",
+                        from_end: bool = False) -> "DataFrame":
+        """The training containers whose hash falls in the first (``from_end``: the last) ``share`` of the
+        training range: about that share of them, the same ones on every run, and a smaller share gives a subset
+        of a larger one's."""
         from pyspark.sql import functions as F
 
-        return df.where(self.in_training_sample(F.col(pod_column), share))
+        return df.where(self.in_training_sample(F.col(pod_column), share, from_end))
 
     def held_out(self, df: "DataFrame", pod_column: str = "pod_id") -> "DataFrame":
         from pyspark.sql import functions as F

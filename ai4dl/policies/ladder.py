@@ -154,7 +154,10 @@ def verdict(worth: pd.DataFrame, threshold: float = 0.01) -> list[str]:
     lines = []
     for w in worth.itertuples(index=False):
         oracle = "perfect phases" if w.oracle_rung == "d" else "the learned phase known in hindsight"
-        if w.oracle_rung is None:  # no oracle rung: what the learned phases add, alone
+        if math.isnan(w.learned_adds):  # a forecaster rung has no row: nothing to compare, say so
+            lines.append(f"{w.resource} at {w.level}: what phases add is not measured (the forecasters with and "
+                         "without phases were not both scored)")
+        elif w.oracle_rung is None:  # no oracle rung: what the learned phases add, alone
             said = "add nothing" if not (w.learned_adds >= threshold) else "add"
             lines.append(f"{w.resource} at {w.level}: the learned phases {said} ({w.learned_adds:+.1%} of the static "
                          "allocation over a forecaster of recent usage)")

@@ -354,14 +354,18 @@ class PolicyEstimator:
         """The training containers the knob grid is replayed on: all of them, or, on a fleet with more than
         ``policies.calibration_containers``, a fixed hash-chosen subset of about that many (then also how many
         training containers there are). A knob is one number per policy chosen from fleet totals: a thousand
-        containers settle it, and calibration then costs the same at 10 million rows as at one."""
+        containers settle it, and calibration then costs the same at 10 million rows as at one. The subset is
+        drawn from the other end of the training range than the forecasters' fit sample
+        (:meth:`fit_forecasters`): a forecaster's margin is calibrated only on containers its trees never saw,
+        and from the same end every calibrating container would be one they saw, leaving the forecast
+        policies without a single row to calibrate on."""
         cap = self.params.calibration_containers
         if cap is None or self.split is None:
             return train, None
         n = train.select("pod_id").distinct().count()
         if n <= cap:
             return train, None
-        return self.split.training_sample(train, cap / n), n
+        return self.split.training_sample(train, cap / n, from_end=True), n
 
 
 def service_level_key(params: PoliciesConfig, resource: str) -> str:
