@@ -258,6 +258,12 @@ class TrainConfig(_Section):
     # > 1: train the CRBM data-parallel with Spark's TorchDistributor on this many processes.
     distributor_processes: int = _key(0, lo=0)
     k_range: tuple[int, int] | None = None  # e.g. [3, 8]: print silhouette and inertia for each k
+    # The phase classifier the decoders read (ai4dl.method.classifier): trained on the phases Viterbi gives whole
+    # training containers (classifier_steps steps of them at most), so a causal decoder says what the offline one
+    # would; hidden units (0: none, decode raw distances to the centres) and epochs, chosen on development fleets.
+    classifier_units: int = _key(64, lo=0)
+    classifier_epochs: int = _key(30, lo=1)
+    classifier_steps: int = _key(100_000, lo=1)
     model_name: str = "ai4dl"
 
     def __post_init__(self) -> None:
@@ -267,9 +273,11 @@ class TrainConfig(_Section):
 
 
 DEFAULT_SWITCH_PENALTY = {"forward": 1.0, "viterbi": 10.0}
-"""The switching price per decoding (ai4dl.method.labelling.DECODINGS), in units of the model's switch gap.
-Chosen on the *training* containers of ``fleet-2026`` by ``bench/phase_quality.py`` (forward: the best of
-0.5-10 on their ARI; viterbi: the earlier sessions' choice on the same containers); see bench/README.md."""
+"""The switching price per decoding (ai4dl.method.labelling.DECODINGS), in units of the model's costs (one nat
+of its phase classifier, else its switch gap). Over distances, chosen on the *training* containers of
+``fleet-2026`` by ``bench/phase_quality.py`` (forward: the best of 0.5-10 on their ARI; viterbi: the earlier
+sessions' choice on the same containers); over a classifier's -log p, forward 1 nat was the best of 0-2 on two
+development fleets' training containers (ai4dl.method.classifier); see bench/README.md."""
 
 
 @dataclass(frozen=True)
@@ -279,9 +287,10 @@ class LabelConfig(_Section):
     engine: str = _key("arrow", choices=("arrow", "pandas"))  # see ai4dl.method.labelling
     # How a container's phases are read from its steps (ai4dl.method.labelling.DECODINGS): forward (default) is
     # causal, the same in the label stage and the live stream; viterbi decodes whole traces (offline only); none
-    # takes each step's nearest phase. A phase change is priced at switch_penalty x the model's typical margin of
-    # squared distances (ai4dl.method.labelling.switch_gap); unset, the decoding's own default
-    # (DEFAULT_SWITCH_PENALTY above: forward 1, viterbi 10, chosen on training containers).
+    # takes each step's cheapest phase. The costs are the model's phase classifier's -log p (ai4dl.method.classifier)
+    # or, without one, the squared distances to the centres. A phase change is priced at switch_penalty x one nat
+    # for a classifier, x the model's typical margin of squared distances (ai4dl.method.labelling.switch_gap)
+    # otherwise; unset, the decoding's own default (DEFAULT_SWITCH_PENALTY above: forward 1, viterbi 10).
     smoothing: str = _key("forward", choices=("none", "forward", "viterbi"))
     switch_penalty: float | None = _key(None, lo=0)
 

@@ -107,3 +107,75 @@ def test_model_table_mismatch_is_refused():
         check_compatible(m, FEATURES, 3, None)
     with pytest.raises(ModelError, match="another scaler"):
         check_compatible(m, FEATURES, 2, "0123456789abcdef")
+
+
+def make_classifier(seed: int = 0, n: int = 4, k: int = 3, units: int = 5):
+    from ai4dl.method.classifier import PhaseClassifier
+
+    rng = np.random.default_rng(seed)
+    return PhaseClassifier(rng.normal(size=n), rng.uniform(0.5, 2, size=n), rng.normal(size=(units, n)),
+                           rng.normal(size=units), rng.normal(size=(k, units)), rng.normal(size=k))
+
+
+def test_a_phase_classifier_round_trips_and_is_part_of_the_model_id(tmp_path):
+    import dataclasses
+
+    bare = make_model()
+    model = dataclasses.replace(bare, classifier=make_classifier())
+    loaded = load(save(model, tmp_path / "m"))
+    h = np.random.default_rng(1).normal(size=(7, 4))
+    assert np.array_equal(loaded.classifier.costs(h), model.classifier.costs(h))
+    assert loaded.model_id == model.model_id != bare.model_id
+    assert load(save(bare, tmp_path / "b")).classifier is None
+    costs = model.classifier.costs(h)  # -log p: each row's probabilities sum to one
+    np.testing.assert_allclose(np.exp(-costs).sum(axis=1), 1.0, rtol=1e-12)
+
+
+def test_a_classifier_that_does_not_fit_the_model_or_its_manifest_is_refused(tmp_path):
+    import dataclasses
+
+    from safetensors.numpy import load_file, save_file
+
+    base = make_model()
+    with pytest.raises(ModelError, match="does not fit"):
+        dataclasses.replace(base, classifier=make_classifier(k=4))  # 3 phases
+    with pytest.raises(ModelError, match="does not fit"):
+        dataclasses.replace(base, classifier=make_classifier(n=5))  # 4 hidden units
+    with pytest.raises(ModelError, match="finite"):
+        c = make_classifier()
+        type(c)(c.mean, np.zeros_like(c.scale), c.W1, c.b1, c.W2, c.b2)
+    d = save(dataclasses.replace(base, classifier=make_classifier()), tmp_path / "m")
+    arrays = load_file(str(d / "weights.safetensors"))
+    del arrays["classifier_W2"]
+    save_file(arrays, str(d / "weights.safetensors"))
+    manifest = json.loads((d / "manifest.json").read_text())
+    import hashlib
+
+    manifest["files"]["weights.safetensors"] = hashlib.sha256((d / "weights.safetensors").read_bytes()).hexdigest()
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match="classifier_W2"):
+        load(d)
+
+
+def test_the_classifier_learns_the_phases_it_is_given_and_the_decoders_read_it():
+    """fit_classifier learns per-step targets from activations (here: which half-space a point is in, the kind
+    of partition Viterbi's labels draw), and a model carrying it is decoded from its costs, not distances."""
+    import dataclasses
+
+    from ai4dl.method.classifier import fit_classifier
+    from ai4dl.method.labelling import decode_path, decoding_costs, squared_distances, switch_cost
+
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(3000, 4))
+    targets = (h[:, 0] + 0.5 * h[:, 1] > 0).astype(int) + (h[:, 2] > 1.2)
+    clf = fit_classifier(h, targets, 3, units=16, epochs=150, seed=1)
+    assert np.mean(np.argmin(clf.costs(h), axis=1) == targets) > 0.95
+    model = dataclasses.replace(make_model(), classifier=clf)
+    assert switch_cost(model, "forward") == 1.0 and switch_cost(model, "viterbi") == 10.0  # nats
+    d2 = squared_distances(model.centers, h[:50])
+    costs = decoding_costs(model.classifier, h[:50], d2)
+    path, dist = decode_path(d2, "none", 0.0, costs)
+    assert path.tolist() == np.argmin(costs, axis=1).tolist()
+    np.testing.assert_allclose(dist, np.sqrt(d2[np.arange(50), path]))  # still the distance to the phase's centre
+    with pytest.raises(ValueError, match="labels outside"):
+        fit_classifier(h[:10], np.full(10, 3), 3)

@@ -12,7 +12,8 @@ from ai4dl import stages
 from ai4dl.errors import InputError
 from ai4dl.lake.tables import Lake
 from ai4dl.method.clustering import adjusted_rand_index, fit_centers, fit_centers_local
-from ai4dl.method.labelling import forward_decode, label_arrays, label_windows, squared_distances, switch_cost
+from ai4dl.method.labelling import (decoding_costs, forward_decode, label_arrays, label_windows, squared_distances,
+                                    switch_cost)
 from ai4dl.method.model import ModelError, PhaseModel
 from ai4dl.method.split import ContainerSplit
 from ai4dl.method.training import PhaseEstimator, refine
@@ -57,11 +58,14 @@ def test_udf_encoding_equals_driver_encoding(spark, fleet):
     # the stage decodes each container causally (label.smoothing forward): each container's first steps here,
     # decoded on the driver, are what it wrote for them (a causal decoder's prefix does not depend on the rest)
     assert lake.properties("phases")["ai4dl.decoding"] == "forward"
+    # over the costs of the model's phase classifier (-log p), as every trained model's decoders read them
+    assert model.classifier is not None
     d2 = squared_distances(np.asarray(model.centers, dtype=np.float64), h)
+    costs = decoding_costs(model.classifier, h, d2)
     phase = np.zeros(len(h), dtype=np.int64)
     for pod in silver["pod_id"].unique():
         rows = np.flatnonzero(silver["pod_id"].to_numpy() == pod)
-        phase[rows] = forward_decode(d2[rows], switch_cost(model, "forward"))[0]
+        phase[rows] = forward_decode(costs[rows], switch_cost(model, "forward"))[0]
     dist = np.sqrt(d2[np.arange(len(h)), phase])
     got = phases.loc[list(zip(silver.pod_id, silver.step))]
     assert got["phase"].astype(int).tolist() == phase.tolist()

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from ai4dl.config import DEFAULT_SWITCH_PENALTY
 from ai4dl.errors import ConfigError, ModelError
+from ai4dl.method.classifier import PhaseClassifier
 from ai4dl.method.crbm import CRBMWeights, encode
 from ai4dl.method.model import PhaseModel  # the labeller applies a model; the model knows nothing of labelling
 
@@ -124,9 +125,10 @@ def forward_decode(costs: np.ndarray, penalty: float, acc: np.ndarray | None = N
 
 
 DECODINGS = ("none", "forward", "viterbi")
-"""How a container's phases are read from its steps' distances to the phase centres: ``none`` each step's
-nearest phase; ``forward`` :func:`forward_decode` (causal: what the stream says at each step, the default);
-``viterbi`` :func:`viterbi` over the whole trace (offline: needs the steps after)."""
+"""How a container's phases are read from its steps' costs (:func:`decoding_costs`: squared distances to the
+phase centres, or the model's phase classifier's ``-log p``): ``none`` each step's cheapest phase; ``forward``
+:func:`forward_decode` (causal: what the stream says at each step, the default); ``viterbi`` :func:`viterbi`
+over the whole trace (offline: needs the steps after)."""
 CAUSAL_DECODINGS = ("none", "forward")
 
 
@@ -141,7 +143,7 @@ def decoding_of(model: PhaseModel, configured: str) -> str:
         return str(pinned)
     if configured != "none" and model.refinements:
         raise ConfigError(f"label.smoothing {configured!r} does not apply to a refined model (sub-phases); use 'none'")
-    if configured != "none" and model.info.get("switch_gap") is None:
+    if configured != "none" and model.classifier is None and model.info.get("switch_gap") is None:
         raise ConfigError(f"model {model.model_id} has no switch_gap (trained before decoding existed): retrain it, "
                           "or set label.smoothing none")
     return configured
@@ -156,11 +158,19 @@ def resolve_decoding(model: PhaseModel, configured: str, multiplier: float | Non
 
 def switch_cost(model: PhaseModel, decoding: str, multiplier: float | None = None) -> float:
     """The absolute switching penalty of ``decoding``: ``multiplier`` (default
-    :data:`DEFAULT_SWITCH_PENALTY`) x the model's ``switch_gap``; 0 for ``none``."""
+    :data:`DEFAULT_SWITCH_PENALTY`) x the unit of the model's costs: its ``switch_gap`` for squared distances,
+    one nat for a phase classifier's ``-log p`` (a penalty of 1 then asks the evidence for a change to be
+    e times likelier than staying); 0 for ``none``."""
     if decoding == "none":
         return 0.0
     m = DEFAULT_SWITCH_PENALTY[decoding] if multiplier is None else float(multiplier)
-    return m * float(model.info["switch_gap"])
+    return m * (1.0 if model.classifier is not None else float(model.info["switch_gap"]))
+
+
+def decoding_costs(classifier: PhaseClassifier | None, h: np.ndarray, d2: np.ndarray) -> np.ndarray:
+    """What the decoders minimise per step and phase: the classifier's ``-log p`` from the activations ``h``
+    when the model has one, else the squared distances ``d2``."""
+    return d2 if classifier is None else classifier.costs(h)
 
 
 def chosen_distances(d2: np.ndarray, path: np.ndarray) -> np.ndarray:
@@ -168,19 +178,22 @@ def chosen_distances(d2: np.ndarray, path: np.ndarray) -> np.ndarray:
     return np.sqrt(d2[np.arange(len(path)), path])
 
 
-def decode_path(d2: np.ndarray, decoding: str, penalty: float) -> tuple[np.ndarray, np.ndarray]:
-    """The phases of one container's labelled steps in time order from their squared distances, and each
-    step's distance to the phase it gets."""
+def decode_path(d2: np.ndarray, decoding: str, penalty: float, costs: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The phases of one container's labelled steps in time order from their ``costs`` (default: their squared
+    distances ``d2``; :func:`decoding_costs`), and each step's distance to the phase it gets."""
+    costs = d2 if costs is None else costs
     if decoding == "forward":
-        path = forward_decode(d2, penalty)[0]
+        path = forward_decode(costs, penalty)[0]
     elif decoding == "viterbi":
-        path = viterbi(d2, penalty)
+        path = viterbi(costs, penalty)
     else:
-        path = np.argmin(d2, axis=1) if len(d2) else np.zeros(0, dtype=np.int64)
+        path = np.argmin(costs, axis=1) if len(costs) else np.zeros(0, dtype=np.int64)
     return path, chosen_distances(d2, path)
 
 
-def decode_table(table: Any, centers: np.ndarray, decoding: str, penalty: float) -> Any:
+def decode_table(table: Any, centers: np.ndarray, decoding: str, penalty: float,
+                 classifier: PhaseClassifier | None = None) -> Any:
     """One container's phases rows (an Arrow table with ``ts``, ``activations``, ``phase``, ``distance``) sorted
     by ``ts``, their phases decoded by :func:`decode_path` over its labelled steps in time order (segments follow
     each other: an outage is one more step) and ``distance`` the distance to the chosen centre; rows without
@@ -195,7 +208,9 @@ def decode_table(table: Any, centers: np.ndarray, decoding: str, penalty: float)
     labelled = has.to_numpy(zero_copy_only=False)
     if not labelled.any():
         return table
-    path, chosen = decode_path(squared_distances(centers, _matrix(acts, has, centers.shape[1])), decoding, penalty)
+    h = _matrix(acts, has, centers.shape[1])
+    d2 = squared_distances(centers, h)
+    path, chosen = decode_path(d2, decoding, penalty, decoding_costs(classifier, h, d2))
     phase = np.zeros(len(table), dtype=np.int32)
     dist = np.zeros(len(table), dtype=np.float64)
     phase[labelled], dist[labelled] = path, chosen
@@ -204,11 +219,12 @@ def decode_table(table: Any, centers: np.ndarray, decoding: str, penalty: float)
     return table.set_column(names.index("distance"), "distance", pa.array(dist, mask=~labelled))
 
 
-def decode_container(pdf: pd.DataFrame, centers: np.ndarray, decoding: str, penalty: float) -> pd.DataFrame:
+def decode_container(pdf: pd.DataFrame, centers: np.ndarray, decoding: str, penalty: float,
+                     classifier: PhaseClassifier | None = None) -> pd.DataFrame:
     """:func:`decode_table` on a pandas frame of one container's rows (``phase`` comes back as Int32)."""
     import pyarrow as pa
 
-    out = decode_table(pa.Table.from_pandas(pdf, preserve_index=False), centers, decoding, penalty)
+    out = decode_table(pa.Table.from_pandas(pdf, preserve_index=False), centers, decoding, penalty, classifier)
     return out.to_pandas(types_mapper={pa.int32(): pd.Int32Dtype()}.get)
 
 
@@ -297,18 +313,19 @@ def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int,
 
 def decode(phases: DataFrame, model: PhaseModel, decoding: str, switch_penalty: float | None = None) -> DataFrame:
     """``PHASES`` rows with each container's phases decoded by :func:`decode_table` (``decoding`` as resolved by
-    :func:`decoding_of`; ``switch_penalty`` in units of the model's :func:`switch_gap`), one container per task;
-    ``none`` leaves the rows as labelled."""
+    :func:`decoding_of`; ``switch_penalty`` in units of :func:`switch_cost`), one container per task; ``none``
+    leaves the rows as labelled (each step's nearest centre) unless the model has a phase classifier, whose
+    cheapest phase each step then gets."""
     from ai4dl.lake.schema import PHASES
 
     decoding = decoding_of(model, decoding)
-    if decoding == "none":
+    if decoding == "none" and model.classifier is None:
         return phases
     centers, penalty = np.asarray(model.centers, dtype=np.float64), switch_cost(model, decoding, switch_penalty)
-    names = PHASES.fieldNames()
+    names, classifier = PHASES.fieldNames(), model.classifier
 
     def run(table: Any) -> Any:
-        return decode_table(table.select(names), centers, decoding, penalty)
+        return decode_table(table.select(names), centers, decoding, penalty, classifier)
 
     return phases.groupBy("pod_id").applyInArrow(run, PHASES)
 
@@ -449,7 +466,7 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
 
 __all__ = [
     "CAUSAL_DECODINGS", "DECODINGS", "assign", "check_compatible", "chosen_distances", "decode", "decode_container",
-    "decode_path", "decode_table", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
+    "decode_path", "decode_table", "decoding_costs", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
     "label_windows", "nearest",
     "switch_cost", "viterbi",
 ]

@@ -1,4 +1,5 @@
-"""A phase model on disk: scaler, CRBM weights and k-means centres, as one directory of JSON and safetensors.
+"""A phase model on disk: scaler, CRBM weights, k-means centres and (optionally) the phase classifier the
+decoders read (:mod:`ai4dl.method.classifier`), as one directory of JSON and safetensors.
 
 No pickle anywhere: loading a model reads numbers and strings only, so a model directory from elsewhere
 cannot run code. ``manifest.json`` lists every file with its SHA-256; a truncated or edited file, a missing
@@ -21,6 +22,8 @@ import numpy as np
 
 from ai4dl import __version__, versioned
 from ai4dl.errors import ModelError
+from ai4dl.method.classifier import ARRAYS as CLASSIFIER_ARRAYS
+from ai4dl.method.classifier import PhaseClassifier
 from ai4dl.method.crbm import CRBMWeights
 from ai4dl.method.scaler import Scaler
 
@@ -38,6 +41,8 @@ class PhaseModel:
     # Phase refinement: parent phase -> (sub-centres (m, n_hidden), the phase id each sub-centre labels).
     refinements: dict[int, tuple[np.ndarray, tuple[int, ...]]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    # What the decoders minimise instead of squared distances (None: the distances, as the original method).
+    classifier: PhaseClassifier | None = None
 
     def __post_init__(self) -> None:
         centers = np.array(self.centers, dtype=np.float64)
@@ -53,6 +58,11 @@ class PhaseModel:
                 raise ModelError(f"refinement of phase {parent}, but the model has phases 0..{centers.shape[0] - 1}")
             if sub.ndim != 2 or sub.shape[1] != self.crbm.n_hidden or sub.shape[0] != len(ids):
                 raise ModelError(f"refinement of phase {parent}: sub-centres {sub.shape} do not fit ids {ids}")
+        c = self.classifier
+        if c is not None and (c.n_inputs != self.crbm.n_hidden or c.k != centers.shape[0] or self.refinements):
+            raise ModelError(f"phase classifier of {c.n_inputs} inputs and {c.k} phases does not fit a model of "
+                             f"{self.crbm.n_hidden} hidden units and {centers.shape[0]} phases"
+                             + (" (a refined model has none)" if self.refinements else ""))
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -77,6 +87,8 @@ class PhaseModel:
         out = {**self.crbm.as_dict(), "centers": self.centers}
         for parent, (sub, _) in self.refinements.items():
             out[f"refine_{parent}"] = np.asarray(sub, dtype=np.float64)
+        if self.classifier is not None:
+            out.update(self.classifier.as_dict())
         return out
 
     @property
@@ -112,6 +124,7 @@ def save(model: PhaseModel, directory: str | Path) -> Path:
         "history_layout": "time-major, oldest first: index t*n_visible + f for steps t-n..t-1",
         "k": model.k,
         "refinements": {str(p): list(ids) for p, (_, ids) in model.refinements.items()},
+        "classifier": model.classifier is not None,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "ai4dl_version": __version__,
         "info": model.info,
@@ -151,7 +164,15 @@ def load(directory: str | Path) -> PhaseModel:
         raise ModelError(f"{manifest_path}: feature list differs from {SCALER_FILE}")
     if manifest.get("n_history") != crbm.n_history:
         raise ModelError(f"{manifest_path}: n_history {manifest.get('n_history')} but the CRBM weights hold {crbm.n_history}")
-    model = PhaseModel(scaler, crbm, arrays["centers"], refinements, manifest.get("info", {}))
+    classifier = None
+    if manifest.get("classifier"):
+        try:
+            classifier = PhaseClassifier.from_dict({k: arrays[k] for k in CLASSIFIER_ARRAYS if k in arrays})
+        except ModelError as exc:
+            raise ModelError(f"{d / WEIGHTS_FILE}: {exc}") from None
+    elif any(k in arrays for k in CLASSIFIER_ARRAYS):
+        raise ModelError(f"{manifest_path}: the weights hold a phase classifier the manifest does not list")
+    model = PhaseModel(scaler, crbm, arrays["centers"], refinements, manifest.get("info", {}), classifier)
     if manifest.get("model_id") and manifest["model_id"] != model.model_id:
         raise ModelError(f"{manifest_path}: model_id does not match the stored numbers")
     return model

@@ -16,7 +16,8 @@ import pandas as pd
 from ai4dl.errors import InputError
 from ai4dl.method.features import INPUTS, derived_of
 from ai4dl.lake.columns import POD_ID, SOURCE_COLUMNS, TS
-from ai4dl.method.labelling import decode_path, label_batch, resolve_decoding, squared_distances, switch_cost
+from ai4dl.method.labelling import (decode_path, decoding_costs, label_batch, resolve_decoding, squared_distances,
+                                    switch_cost)
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.windowing import container_windows
 
@@ -84,13 +85,14 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
         x, cond = np.concatenate(xs), np.concatenate(conds)
         ph, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
         decoding, multiplier = resolve_decoding(model, decoding, switch_penalty)
-        if decoding != "none":  # each container's run of the batch, decoded in time order
+        if decoding != "none" or model.classifier is not None:  # each container's run, decoded in time order
             d2 = squared_distances(np.asarray(model.centers, dtype=np.float64), h)
+            costs = decoding_costs(model.classifier, h, d2)
             penalty = switch_cost(model, decoding, multiplier)
             bounds = np.cumsum([0, *(len(r) for r in labelled)])
             for a, b in zip(bounds[:-1], bounds[1:]):
                 if b > a:
-                    ph[a:b], dist[a:b] = decode_path(d2[a:b], decoding, penalty)
+                    ph[a:b], dist[a:b] = decode_path(d2[a:b], decoding, penalty, costs[a:b])
         target = np.concatenate(labelled)
         phase[target] = ph.astype(np.int32)
         distance[target] = dist

@@ -3,8 +3,10 @@
 Fitting draws a stratified sample of training windows (``train.sample_size`` windows, at most
 ``train.max_per_container`` from one container, so long traces do not dominate), trains the CRBM on the driver
 (or data-parallel with TorchDistributor), encodes every training window in the executors with the trained CRBM
-(:func:`ai4dl.method.labelling.encode_windows`) and clusters the encodings with Spark ML k-means. The model
-records its whole training section and the split, so :meth:`PhaseEstimator.from_model` retrains it as it was.
+(:func:`ai4dl.method.labelling.encode_windows`) and clusters the encodings with Spark ML k-means. Then the
+phase classifier the decoders read (:mod:`ai4dl.method.classifier`) learns, from whole training containers,
+the phases Viterbi gives them offline (:func:`distill_classifier`). The model records its whole training
+section and the split, so :meth:`PhaseEstimator.from_model` retrains it as it was.
 Held-out containers (the complement of the split) score the result (:func:`score`).
 """
 
@@ -20,12 +22,13 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ai4dl import __version__
-from ai4dl.config import TrainConfig, WindowConfig
+from ai4dl.config import DEFAULT_SWITCH_PENALTY, TrainConfig, WindowConfig
 from ai4dl.errors import InputError, ModelError
 from ai4dl.lake.columns import POD_ID
 from ai4dl.method.clustering import adjusted_rand_index, contingency, fit_centers, fit_centers_local, k_report
 from ai4dl.method.crbm import encode, train_crbm
-from ai4dl.method.labelling import encode_windows, label_windows, stack_rows
+from ai4dl.method.classifier import PhaseClassifier, fit_classifier
+from ai4dl.method.labelling import encode_windows, label_windows, squared_distances, stack_rows, viterbi
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.scaler import Scaler
 from ai4dl.method.split import ContainerSplit
@@ -125,7 +128,45 @@ class PhaseEstimator:
         info.update(describe_sampled_phases(scaler, result.weights, centers, x, cond))
         for p, text in info["phase_descriptions"].items():
             log(f"train: phase {p}: {text}")
-        return PhaseModel(scaler, result.weights, centers, info=info)
+        classifier = None
+        if t.classifier_units > 0 and len(centers) > 1:
+            classifier, info["classifier"] = distill_classifier(windows, result.weights, centers, info["switch_gap"], t)
+            c = info["classifier"]
+            log(f"train: phase classifier ({t.classifier_units} units) on {c['steps']} steps of {c['containers']} "
+                f"training containers, agreeing with their offline phases at {c['agreement']:.1%} ({c['seconds']} s)")
+        return PhaseModel(scaler, result.weights, centers, info=info, classifier=classifier)
+
+
+def distill_classifier(windows: DataFrame, weights: Any, centers: np.ndarray, switch_gap: float, t: TrainConfig
+                       ) -> tuple[PhaseClassifier, dict[str, Any]]:
+    """The phase classifier, fitted in the driver on whole training containers (hash-chosen, the same on every
+    run, up to ``train.classifier_steps`` windows): their windows encoded in time order, each container decoded
+    by Viterbi over the centres at its default penalty (the offline phases, which know the steps after), and the
+    classifier taught to give each step that phase from its activations alone. Also what it learnt from."""
+    t0 = time.time()
+    sizes = (windows.groupBy(POD_ID).count().withColumn("_h", F.xxhash64(POD_ID, F.lit(int(t.seed))))
+             .orderBy("_h", POD_ID).collect())
+    chosen, steps = [], 0
+    for r in sizes:
+        if steps >= t.classifier_steps:
+            break
+        chosen.append(r[POD_ID])
+        steps += int(r["count"])
+    n_vis, n_hist = weights.n_visible, weights.n_history
+    pdf = (windows.where(F.col(POD_ID).isin(chosen)).select(POD_ID, "ts", "features", "history").toPandas()
+           .sort_values([POD_ID, "ts"], kind="stable"))
+    h = encode(weights, stack_rows(pdf["features"], n_vis), stack_rows(pdf["history"], n_vis * n_hist))
+    d2 = squared_distances(centers, h)
+    penalty = DEFAULT_SWITCH_PENALTY["viterbi"] * float(switch_gap)
+    pods = pdf[POD_ID].to_numpy()
+    cuts = np.flatnonzero(pods[1:] != pods[:-1]) + 1
+    bounds = [0, *cuts.tolist(), len(pods)]
+    targets = np.concatenate([viterbi(d2[a:b], penalty) for a, b in zip(bounds[:-1], bounds[1:])])
+    classifier = fit_classifier(h, targets, len(centers), t.classifier_units, t.classifier_epochs, t.seed)
+    agreement = float(np.mean(np.argmin(classifier.costs(h), axis=1) == targets))
+    return classifier, {"units": t.classifier_units, "epochs": t.classifier_epochs, "containers": len(chosen),
+                        "steps": len(targets), "targets": "viterbi", "target_penalty": penalty,
+                        "agreement": round(agreement, 4), "seconds": round(time.time() - t0, 2)}
 
 
 def describe_sampled_phases(scaler: Scaler, weights: Any, centers: np.ndarray, x: np.ndarray,
@@ -219,7 +260,8 @@ def refine(model: PhaseModel, training_windows: DataFrame, phase: int, k_sub: in
         raise ModelError(f"phase {phase} is already refined")
     if k_sub < 2:
         raise ModelError("a refinement needs at least 2 sub-phases")
-    encoded = label_windows(training_windows, model).where(F.col("phase") == phase)
+    # the parent's steps as assign() splits them later: nearest centre, not the classifier a refined model drops
+    encoded = label_windows(training_windows, dataclasses.replace(model, classifier=None)).where(F.col("phase") == phase)
     sub = fit_centers(encoded, k_sub, seed)
     start = max(model.phase_ids) + 1
     ids = (phase, *range(start, start + k_sub - 1))
@@ -243,4 +285,4 @@ def _versions() -> dict[str, str]:
     return out
 
 
-__all__ = ["PhaseEstimator", "refine", "score", "stratified_sample", "train_distributed"]
+__all__ = ["PhaseEstimator", "distill_classifier", "refine", "score", "stratified_sample", "train_distributed"]

@@ -45,7 +45,8 @@ import pandas as pd
 
 from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, STREAM_STATE_FIELDS, TS
 from ai4dl.method.features import LOOKBACK
-from ai4dl.method.labelling import chosen_distances, forward_decode, label_batch, squared_distances
+from ai4dl.method.labelling import (chosen_distances, decode_path, decoding_costs, forward_decode, label_batch,
+                                    squared_distances)
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.windowing import container_windows
 from ai4dl.policies.live import Deployment, LivePolicies
@@ -172,6 +173,9 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
         ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
         if live.decoding == "forward":
             ph, d = _decode_forward(h, st, live)
+        elif model.classifier is not None:  # each step's cheapest phase under the classifier, as label's none
+            d2 = squared_distances(np.asarray(model.centers, dtype=np.float64), h)
+            ph, d = decode_path(d2, "none", 0.0, decoding_costs(model.classifier, h, d2))
         phase[idx], dist[idx] = ph, d
         for j, row in zip(idx, h):
             acts[j] = row.tolist()
@@ -201,7 +205,8 @@ def _decode_forward(h: np.ndarray, st: dict[str, Any], live: Live) -> tuple[np.n
     d2 = squared_distances(centers, h)
     same = st.get("decode_model") == live.model_id and st.get("decode_costs") is not None
     acc = np.asarray(st["decode_costs"], dtype=np.float64) if same else None
-    path, acc, _ = forward_decode(d2, live.switch_penalty, acc, st["run_phase"] if same else None)
+    costs = decoding_costs(live.model.classifier, h, d2)
+    path, acc, _ = forward_decode(costs, live.switch_penalty, acc, st["run_phase"] if same else None)
     st["decode_costs"], st["decode_model"] = [float(v) for v in acc], live.model_id
     return path, chosen_distances(d2, path)
 
