@@ -1,5 +1,9 @@
 """Which window features carry the phases: each feature set trained and scored on the *training* containers.
 
+With the phase classifier (``train.classifier_units`` > 0, the default) the scores include the training
+containers it learnt its targets from (Viterbi's, never the behaviours): set ``--set train.classifier_units=0``
+to compare feature sets on the distances alone.
+
     .venv/bin/python bench/unseen_fleet.py --profile ai4dl --seed 1111 --out /tmp/fleets/ai4dl-1111
     .venv/bin/python bench/feature_ablation.py --fleet /tmp/fleets/ai4dl-1111 --workdir /tmp/fa-1111
     .venv/bin/python bench/feature_ablation.py --fleet /tmp/fleets/ai4dl-3131 --sets default,chosen
@@ -54,7 +58,7 @@ def score_training(cfg, lake, model) -> dict:
     """ARI and change timing of the training containers' phases, three decodings of the same activations."""
     import numpy as np
 
-    from ai4dl.method.labelling import forward_decode, squared_distances, switch_cost, viterbi
+    from ai4dl.method.labelling import decoding_costs, forward_decode, squared_distances, switch_cost, viterbi
     from ai4dl.method.quality import change_timing, fleet_change_timing, phase_quality
     from ai4dl.method.split import ContainerSplit
 
@@ -62,15 +66,16 @@ def score_training(cfg, lake, model) -> dict:
     pdf = train.select("pod_id", "ts", "behaviour", "activations").toPandas().sort_values(["pod_id", "ts"], kind="stable")
     centers = np.asarray(model.centers, dtype=np.float64)
     forward, offline = switch_cost(model, "forward"), switch_cost(model, "viterbi")
-    decoders = {"none": lambda d2: np.argmin(d2, axis=1), "forward": lambda d2: forward_decode(d2, forward)[0],
-                "viterbi": lambda d2: viterbi(d2, offline)}
+    decoders = {"none": lambda costs: np.argmin(costs, axis=1), "forward": lambda costs: forward_decode(costs, forward)[0],
+                "viterbi": lambda costs: viterbi(costs, offline)}
     truth, labels, timing = [], {n: [] for n in decoders}, {n: [] for n in decoders}
     for _, part in pdf.groupby("pod_id", sort=True):
-        d2 = squared_distances(centers, np.stack([np.asarray(a, dtype=np.float64) for a in part["activations"]]))
+        h = np.stack([np.asarray(a, dtype=np.float64) for a in part["activations"]])
+        costs = decoding_costs(model.classifier, h, squared_distances(centers, h))  # what the label stage decodes
         behaviour = part["behaviour"].tolist()
         truth += behaviour
         for name, decode in decoders.items():
-            path = decode(d2).tolist()
+            path = decode(costs).tolist()
             labels[name] += path
             timing[name].append(change_timing(behaviour, path))
     out = {f"ari_{n}": round(phase_quality(truth, labels[n])["ari"], 4) for n in decoders}

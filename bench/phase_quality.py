@@ -54,15 +54,18 @@ FORWARD_PENALTIES = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
 
 
 def _decodings(cfg, held, model, train) -> dict:
-    """The held-out containers' phases decoded from the same activations: each step's nearest phase (``none``),
-    the causal forward decoder (what a stream can say the moment a sample arrives) at its penalty (``forward``:
-    ``label.switch_penalty`` when ``label.smoothing`` is ``forward``, else the default, the ``label`` stage's) and
-    at the penalty of :data:`FORWARD_PENALTIES` scoring best on the *training* containers (``forward*``), and
-    Viterbi over the whole trace at its penalty (``viterbi``, the offline ceiling); per decoding ARI, and when a phase changes against when the true behaviour does (delay p50/p95 in
-    steps, false changes per 1,000 steps)."""
+    """The held-out containers' phases decoded from the same activations and the model's costs (its phase
+    classifier's ``-log p``, or the squared distances to the centres without one): each step's cheapest phase
+    (``none``), the causal forward decoder (what a stream can say the moment a sample arrives) at its penalty
+    (``forward``: ``label.switch_penalty`` when ``label.smoothing`` is ``forward``, else the default, the
+    ``label`` stage's) and at the penalty of :data:`FORWARD_PENALTIES` scoring best on the *training* containers
+    (``forward*``), and Viterbi over the whole trace at its penalty (``viterbi``); with a classifier also the
+    distances' own decodings (``d2:none``, ``d2:forward``, ``d2:viterbi``: the model without it, Viterbi over the
+    distances being what the classifier learnt from, the offline ceiling). Per decoding ARI, and when a phase
+    changes against when the true behaviour does (delay p50/p95 in steps, false changes per 1,000 steps)."""
     import numpy as np
 
-    from ai4dl.method.labelling import forward_decode, squared_distances, viterbi
+    from ai4dl.method.labelling import decoding_costs, forward_decode, squared_distances, switch_cost, viterbi
     from ai4dl.method.quality import change_timing, fleet_change_timing, phase_quality
 
     gap = model.info.get("switch_gap")
@@ -76,46 +79,58 @@ def _decodings(cfg, held, model, train) -> dict:
         return float(DEFAULT_SWITCH_PENALTY[decoding] if configured is None else configured)
 
     forward, offline = multiplier("forward"), multiplier("viterbi")
+    unit = switch_cost(model, "forward", 1.0)  # the switch gap, or one nat for a classifier's costs
     centers = np.asarray(model.centers, dtype=np.float64)
 
     def containers(df):
         pdf = df.select("pod_id", "ts", "behaviour", "activations").toPandas().sort_values(["pod_id", "ts"], kind="stable")
-        return [(part["behaviour"].tolist(),
-                 squared_distances(centers, np.stack([np.asarray(a, dtype=np.float64) for a in part["activations"]])))
-                for _, part in pdf.groupby("pod_id", sort=True)]
+        out = []
+        for _, part in pdf.groupby("pod_id", sort=True):
+            h = np.stack([np.asarray(a, dtype=np.float64) for a in part["activations"]])
+            d2 = squared_distances(centers, h)
+            out.append((part["behaviour"].tolist(), {"costs": decoding_costs(model.classifier, h, d2), "d2": d2}))
+        return out
 
-    def score(items, decode):
+    def score(items, decode, on="costs"):
         truth, labels, timing = [], [], []
-        for behaviour, d2 in items:
-            path = decode(d2)
+        for behaviour, c in items:
+            path = decode(c[on])
             truth += behaviour
             labels += path.tolist()
             timing.append(change_timing(behaviour, path.tolist()))
         return {"ari": round(phase_quality(truth, labels)["ari"], 4), **fleet_change_timing(timing)}
 
     trained_on = containers(train)
-    by_penalty = {m: score(trained_on, lambda d2, m=m: forward_decode(d2, m * float(gap))[0])["ari"] for m in FORWARD_PENALTIES}
+    by_penalty = {m: score(trained_on, lambda c, m=m: forward_decode(c, m * unit)[0])["ari"] for m in FORWARD_PENALTIES}
     chosen = max(by_penalty, key=lambda m: (by_penalty[m], -m))
-    print(f"forward decoder, training containers' ARI by penalty (x switch gap): "
+    print(f"forward decoder, training containers' ARI by penalty (x {'one nat' if model.classifier is not None else 'switch gap'}): "
           + ", ".join(f"{m:g}: {a:.3f}" for m, a in by_penalty.items()) + f" -> {chosen:g}")
-    decoders = {"none": lambda d2: np.argmin(d2, axis=1), "forward": lambda d2: forward_decode(d2, forward * float(gap))[0],
-                "forward*": lambda d2: forward_decode(d2, chosen * float(gap))[0],
-                "viterbi": lambda d2: viterbi(d2, offline * float(gap))}
+    decoders = {"none": lambda c: np.argmin(c, axis=1), "forward": lambda c: forward_decode(c, forward * unit)[0],
+                "forward*": lambda c: forward_decode(c, chosen * unit)[0],
+                "viterbi": lambda c: viterbi(c, offline * unit)}
     items = containers(held)
     out = {name: score(items, decode) for name, decode in decoders.items()}
+    if model.classifier is not None:
+        g = float(gap)
+        out["d2:none"] = score(items, lambda d2: np.argmin(d2, axis=1), "d2")
+        out["d2:forward"] = score(items, lambda d2: forward_decode(d2, forward * g)[0], "d2")
+        out["d2:viterbi"] = score(items, lambda d2: viterbi(d2, offline * g), "d2")
     out["forward_penalty_chosen_on_training"] = chosen
-    base = out["none"]["false_per_1000_steps"]
-    print(f"decodings of the held-out activations (penalties x switch gap: forward {forward:g}, viterbi {offline:g}; "
-          f"{out['none']['true_changes']} true behaviour changes):")
-    print(f"  {'decoding':<8} {'ARI':>6} {'delay p50':>9} {'p95':>5} {'missed':>7} {'false/1000 steps':>17}")
+    nearest, ceiling = ("d2:none", "d2:viterbi") if model.classifier is not None else ("none", "viterbi")
+    base = out[nearest]["false_per_1000_steps"]
+    print(f"decodings of the held-out activations (penalties x {'one nat' if model.classifier is not None else 'switch gap'}: "
+          f"forward {forward:g}, viterbi {offline:g}; {out['none']['true_changes']} true behaviour changes"
+          + ("; d2: the centres' squared distances, x switch gap" if model.classifier is not None else "") + "):")
+    print(f"  {'decoding':<10} {'ARI':>6} {'delay p50':>9} {'p95':>5} {'missed':>7} {'false/1000 steps':>17}")
     for name, r in ((n, r) for n, r in out.items() if isinstance(r, dict)):
-        print(f"  {name:<8} {r['ari']:6.3f} {r['delay_p50']:9.1f} {r['delay_p95']:5.1f} {r['missed_share']:7.1%} "
+        print(f"  {name:<10} {r['ari']:6.3f} {r['delay_p50']:9.1f} {r['delay_p95']:5.1f} {r['missed_share']:7.1%} "
               f"{r['false_per_1000_steps']:17.1f}")
-    if out["viterbi"]["ari"] > out["none"]["ari"]:
-        share = (out["forward*"]["ari"] - out["none"]["ari"]) / (out["viterbi"]["ari"] - out["none"]["ari"])
+    if out[ceiling]["ari"] > out[nearest]["ari"]:
+        share = (out["forward"]["ari"] - out[nearest]["ari"]) / (out[ceiling]["ari"] - out[nearest]["ari"])
         out["forward_share_of_viterbi_gain"] = round(share, 3)
-        print(f"  forward* closes {share:.0%} of the ARI gap between nearest-phase and Viterbi decoding "
-              f"(false changes {out['forward*']['false_per_1000_steps']:.1f} vs {base:.1f} per 1,000 steps)")
+        print(f"  forward (the default) closes {share:.0%} of the ARI gap between nearest-phase ({nearest}) and offline "
+              f"Viterbi ({ceiling}) decoding (false changes {out['forward']['false_per_1000_steps']:.1f} vs {base:.1f} "
+              "per 1,000 steps)")
     return out
 
 
