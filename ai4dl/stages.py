@@ -347,7 +347,8 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     silver, scaler, n_history = _silver(lake)
     check_compatible(phase_model, scaler.features, n_history, scaler.digest)
     decoding, penalty = resolve_decoding(phase_model, cfg.label.smoothing, cfg.label.penalty)
-    print(f"label: decoding {decoding}" + (f", switch penalty {penalty:g} x the switch gap" if penalty else "")
+    unit = "one nat of the phase classifier's -log p" if phase_model.classifier is not None else "the switch gap"
+    print(f"label: decoding {decoding}" + (f", switch penalty {penalty:g} x {unit}" if penalty else "")
           + ("" if decoding == cfg.label.smoothing else " (the model's own; label.smoothing is not applied)"))
     phases = label_windows(silver, phase_model, engine=cfg.label.engine, decoding=decoding, switch_penalty=penalty)
     properties = {"ai4dl.model_id": phase_model.model_id, "ai4dl.decoding": decoding,

@@ -25,9 +25,9 @@ from ai4dl import __version__
 from ai4dl.config import DEFAULT_SWITCH_PENALTY, TrainConfig, WindowConfig
 from ai4dl.errors import InputError, ModelError
 from ai4dl.lake.columns import POD_ID
+from ai4dl.method.classifier import PhaseClassifier, fit_classifier
 from ai4dl.method.clustering import adjusted_rand_index, contingency, fit_centers, fit_centers_local, k_report
 from ai4dl.method.crbm import encode, train_crbm
-from ai4dl.method.classifier import PhaseClassifier, fit_classifier
 from ai4dl.method.labelling import encode_windows, label_windows, squared_distances, stack_rows, viterbi
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.scaler import Scaler
