@@ -594,7 +594,7 @@ def stream(cfg: Config, lake: Any, model: str | None = None, measure_delays: boo
 
     if cfg.label.smoothing not in CAUSAL_DECODINGS:
         print(f"stream: phases are decoded as samples arrive; label.smoothing {cfg.label.smoothing!r} decodes whole "
-              "traces and applies to the batch label stage only: the stream takes each step's nearest phase")
+              "traces and applies to the batch label stage only: the stream takes each step's cheapest phase")
     if s.input:
         lake.ensure("bronze")  # the folder feeds bronze: the table the stream reads exists from the start
     elif not lake.exists("bronze"):

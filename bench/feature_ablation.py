@@ -58,7 +58,7 @@ def score_training(cfg, lake, model) -> dict:
     """ARI and change timing of the training containers' phases, three decodings of the same activations."""
     import numpy as np
 
-    from ai4dl.method.labelling import decoding_costs, forward_decode, squared_distances, switch_cost, viterbi
+    from ai4dl.method.labelling import forward_decode, step_costs, switch_cost, viterbi
     from ai4dl.method.quality import change_timing, fleet_change_timing, phase_quality
     from ai4dl.method.split import ContainerSplit
 
@@ -71,7 +71,7 @@ def score_training(cfg, lake, model) -> dict:
     truth, labels, timing = [], {n: [] for n in decoders}, {n: [] for n in decoders}
     for _, part in pdf.groupby("pod_id", sort=True):
         h = np.stack([np.asarray(a, dtype=np.float64) for a in part["activations"]])
-        costs = decoding_costs(model.classifier, h, squared_distances(centers, h))  # what the label stage decodes
+        costs = step_costs(centers, model.classifier, h)[1]  # what the label stage decodes
         behaviour = part["behaviour"].tolist()
         truth += behaviour
         for name, decode in decoders.items():

@@ -65,7 +65,7 @@ def _decodings(cfg, held, model, train) -> dict:
     changes against when the true behaviour does (delay p50/p95 in steps, false changes per 1,000 steps)."""
     import numpy as np
 
-    from ai4dl.method.labelling import decoding_costs, forward_decode, squared_distances, switch_cost, viterbi
+    from ai4dl.method.labelling import forward_decode, step_costs, switch_cost, viterbi
     from ai4dl.method.quality import change_timing, fleet_change_timing, phase_quality
 
     gap = model.info.get("switch_gap")
@@ -87,8 +87,8 @@ def _decodings(cfg, held, model, train) -> dict:
         out = []
         for _, part in pdf.groupby("pod_id", sort=True):
             h = np.stack([np.asarray(a, dtype=np.float64) for a in part["activations"]])
-            d2 = squared_distances(centers, h)
-            out.append((part["behaviour"].tolist(), {"costs": decoding_costs(model.classifier, h, d2), "d2": d2}))
+            d2, costs = step_costs(centers, model.classifier, h)
+            out.append((part["behaviour"].tolist(), {"costs": costs, "d2": d2}))
         return out
 
     def score(items, decode, on="costs"):

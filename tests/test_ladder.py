@@ -49,6 +49,15 @@ def test_a_level_missed_in_training_is_flagged_and_phases_worth_nothing_say_so()
     assert verdict(phase_worth(table))[0].startswith("cpu at 97% of steps met: phases add nothing on this fleet")
 
 
+def test_without_an_oracle_rung_the_verdict_says_what_the_learned_phases_add():
+    learned = _totals({**BASE, "forecast": (66.0, 96), "phase.forecast": (62.0, 96)})
+    flat = _totals({**BASE, "forecast": (66.0, 96), "phase.forecast": (65.8, 96)})
+    lines = [verdict(phase_worth(ladder({"a": (t, t), "b": (t, t)}, (Level("cpu", 0.95),))))[0] for t in (learned, flat)]
+    assert lines[0] == ("cpu at 95% of steps met: the learned phases add +4.0% of the static allocation over a "
+                        "forecaster of recent usage")
+    assert lines[1].startswith("cpu at 95% of steps met: the learned phases add nothing (+0.2% of the static")
+
+
 def test_a_rung_without_its_policy_is_said_to_be_unmeasured_not_a_nan():
     """A forecaster rung whose policy has no rows (not fitted, or no container to calibrate it on) leaves what
     phases add unknown: the verdict says so instead of printing "+nan%"."""

@@ -163,7 +163,7 @@ def test_the_classifier_learns_the_phases_it_is_given_and_the_decoders_read_it()
     import dataclasses
 
     from ai4dl.method.classifier import fit_classifier
-    from ai4dl.method.labelling import decode_path, decoding_costs, squared_distances, switch_cost
+    from ai4dl.method.labelling import decode_path, label_batch, step_costs, switch_cost
 
     rng = np.random.default_rng(0)
     h = rng.normal(size=(3000, 4))
@@ -172,10 +172,12 @@ def test_the_classifier_learns_the_phases_it_is_given_and_the_decoders_read_it()
     assert np.mean(np.argmin(clf.costs(h), axis=1) == targets) > 0.95
     model = dataclasses.replace(make_model(), classifier=clf)
     assert switch_cost(model, "forward") == 1.0 and switch_cost(model, "viterbi") == 10.0  # nats
-    d2 = squared_distances(model.centers, h[:50])
-    costs = decoding_costs(model.classifier, h[:50], d2)
+    d2, costs = step_costs(model.centers, model.classifier, h[:50])
     path, dist = decode_path(d2, "none", 0.0, costs)
-    assert path.tolist() == np.argmin(costs, axis=1).tolist()
+    assert path.tolist() == np.argmin(costs, axis=1).tolist() != np.argmin(d2, axis=1).tolist()
     np.testing.assert_allclose(dist, np.sqrt(d2[np.arange(50), path]))  # still the distance to the phase's centre
+    x, cond = rng.normal(size=(20, 3)), rng.normal(size=(20, 6))  # the batch kernel gives the same cheapest phase
+    phase, _, acts = label_batch(model.crbm, model.centers, {}, x, cond, model.classifier)
+    assert phase.tolist() == np.argmin(step_costs(model.centers, model.classifier, acts)[1], axis=1).tolist()
     with pytest.raises(ValueError, match="labels outside"):
         fit_classifier(h[:10], np.full(10, 3), 3)

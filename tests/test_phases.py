@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,8 +14,7 @@ from ai4dl import stages
 from ai4dl.errors import InputError
 from ai4dl.lake.tables import Lake
 from ai4dl.method.clustering import adjusted_rand_index, fit_centers, fit_centers_local
-from ai4dl.method.labelling import (decoding_costs, forward_decode, label_arrays, label_windows, squared_distances,
-                                    switch_cost)
+from ai4dl.method.labelling import forward_decode, label_arrays, label_windows, step_costs, switch_cost
 from ai4dl.method.model import ModelError, PhaseModel
 from ai4dl.method.split import ContainerSplit
 from ai4dl.method.training import PhaseEstimator, refine
@@ -60,8 +61,7 @@ def test_udf_encoding_equals_driver_encoding(spark, fleet):
     assert lake.properties("phases")["ai4dl.decoding"] == "forward"
     # over the costs of the model's phase classifier (-log p), as every trained model's decoders read them
     assert model.classifier is not None
-    d2 = squared_distances(np.asarray(model.centers, dtype=np.float64), h)
-    costs = decoding_costs(model.classifier, h, d2)
+    d2, costs = step_costs(np.asarray(model.centers, dtype=np.float64), model.classifier, h)
     phase = np.zeros(len(h), dtype=np.int64)
     for pod in silver["pod_id"].unique():
         rows = np.flatnonzero(silver["pod_id"].to_numpy() == pod)
@@ -108,7 +108,11 @@ def test_training_is_deterministic_under_a_seed(spark, fleet):
     silver = lake.read("silver")
     scaler, n_history = silver_scaler(lake.properties("silver"))
     again = PhaseEstimator.from_model(model).fit(silver, scaler, n_history, log=None)  # retrained from itself
-    assert again.model_id == model.model_id
+    assert again.model_id == model.model_id and again.classifier is not None
+    # a model trained before the phase classifier existed records no classifier keys: retrained as it was, none
+    params = model.info["params"]
+    older = {**params, "train": {k: v for k, v in params["train"].items() if not k.startswith("classifier_")}}
+    assert PhaseEstimator.from_model(model.with_info(params=older)).train.classifier_units == 0
 
 
 def test_refinement_splits_one_phase_and_keeps_the_others(spark, fleet):
@@ -118,7 +122,10 @@ def test_refinement_splits_one_phase_and_keeps_the_others(spark, fleet):
     assert refined.refinements[0][1] == (0, 4) and refined.phase_ids == [0, 1, 2, 3, 4]
     silver = lake.read("silver").where("has_full_history").limit(2000).toPandas()
     x, cond = np.stack(silver["features"].to_numpy()), np.stack(silver["history"].to_numpy())
-    before, _, _ = label_arrays(model, x, cond)
+    # a refined model labels by nearest (sub-)centre, without the classifier: against the same model's nearest
+    # centres, every other phase keeps its steps
+    assert refined.classifier is None and "classifier" not in refined.info
+    before, _, _ = label_arrays(dataclasses.replace(model, classifier=None), x, cond)
     after, _, _ = label_arrays(refined, x, cond)
     assert np.array_equal(before[before != 0], after[before != 0])
     assert set(after[before == 0]) <= {0, 4}

@@ -28,6 +28,11 @@ import numpy as np
 
 from ai4dl.errors import ModelError
 
+TARGET_PENALTY = 10.0
+"""The switching penalty (x the model's switch gap of squared distances) of the Viterbi decoding whose phases
+the classifier learns: the offline decoding's default over distances (``label.smoothing viterbi``), kept apart
+from it so a change of the label stage's defaults does not silently change what training learns."""
+
 ARRAYS = ("classifier_mean", "classifier_scale", "classifier_W1", "classifier_b1", "classifier_W2", "classifier_b2")
 """The classifier's arrays in the phase model's weights file."""
 
@@ -46,6 +51,9 @@ class PhaseClassifier:
     def __post_init__(self) -> None:
         for name in ("mean", "scale", "W1", "b1", "W2", "b2"):
             object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=np.float64))
+        if self.mean.ndim != 1 or self.W1.ndim != 2 or self.W2.ndim != 2:
+            raise ModelError(f"phase classifier: mean {self.mean.shape}, W1 {self.W1.shape}, W2 {self.W2.shape} "
+                             "are not a vector and two matrices")
         n, units, k = self.mean.shape[0], self.W1.shape[0], self.W2.shape[0]
         shapes = {"mean": (n,), "scale": (n,), "W1": (units, n), "b1": (units,), "W2": (k, units), "b2": (k,)}
         for name, shape in shapes.items():
@@ -101,22 +109,24 @@ def fit_classifier(h: np.ndarray, labels: np.ndarray, k: int, units: int = 64, e
         raise ValueError(f"phase classifier: labels outside 0..{k - 1}")
     mean, scale = h.mean(axis=0), h.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
-    torch.manual_seed(int(seed))
-    order = torch.Generator().manual_seed(int(seed))
-    x = torch.tensor((h - mean) / scale, dtype=torch.float32)
-    y = torch.tensor(labels)
-    net = torch.nn.Sequential(torch.nn.Linear(h.shape[1], int(units)), torch.nn.ReLU(), torch.nn.Linear(int(units), int(k)))
-    opt = torch.optim.Adam(net.parameters(), lr=learning_rate, weight_decay=weight_decay)
-    for _ in range(int(epochs)):
-        perm = torch.randperm(len(y), generator=order)
-        for i in range(0, len(y), int(batch_size)):
-            idx = perm[i:i + int(batch_size)]
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
-            opt.step()
+    with torch.random.fork_rng():  # seeded here without moving the caller's global torch random state
+        torch.manual_seed(int(seed))
+        order = torch.Generator().manual_seed(int(seed))
+        x = torch.tensor((h - mean) / scale, dtype=torch.float32)
+        y = torch.tensor(labels)
+        net = torch.nn.Sequential(torch.nn.Linear(h.shape[1], int(units)), torch.nn.ReLU(),
+                                  torch.nn.Linear(int(units), int(k)))
+        opt = torch.optim.Adam(net.parameters(), lr=learning_rate, weight_decay=weight_decay)
+        for _ in range(int(epochs)):
+            perm = torch.randperm(len(y), generator=order)
+            for i in range(0, len(y), int(batch_size)):
+                idx = perm[i:i + int(batch_size)]
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(net(x[idx]), y[idx]).backward()
+                opt.step()
     first, last = net[0], net[2]
     as_np = lambda t: t.detach().to(torch.float64).numpy().copy()  # noqa: E731
     return PhaseClassifier(mean, scale, as_np(first.weight), as_np(first.bias), as_np(last.weight), as_np(last.bias))
 
 
-__all__ = ["ARRAYS", "PhaseClassifier", "fit_classifier"]
+__all__ = ["ARRAYS", "TARGET_PENALTY", "PhaseClassifier", "fit_classifier"]

@@ -1,4 +1,4 @@
-"""Encode windows with a phase model and assign each to its nearest phase, inside Spark.
+"""Encode windows with a phase model and assign each a phase (its cheapest under the model's costs), inside Spark.
 
 The weights are broadcast once per job; each executor turns an Arrow batch (``arrow_max_records_per_batch``
 rows) into two matrices and labels it with one matrix product and one distance computation. Steps without
@@ -125,7 +125,7 @@ def forward_decode(costs: np.ndarray, penalty: float, acc: np.ndarray | None = N
 
 
 DECODINGS = ("none", "forward", "viterbi")
-"""How a container's phases are read from its steps' costs (:func:`decoding_costs`: squared distances to the
+"""How a container's phases are read from its steps' costs (:func:`step_costs`: squared distances to the
 phase centres, or the model's phase classifier's ``-log p``): ``none`` each step's cheapest phase; ``forward``
 :func:`forward_decode` (causal: what the stream says at each step, the default); ``viterbi`` :func:`viterbi`
 over the whole trace (offline: needs the steps after)."""
@@ -167,10 +167,13 @@ def switch_cost(model: PhaseModel, decoding: str, multiplier: float | None = Non
     return m * (1.0 if model.classifier is not None else float(model.info["switch_gap"]))
 
 
-def decoding_costs(classifier: PhaseClassifier | None, h: np.ndarray, d2: np.ndarray) -> np.ndarray:
-    """What the decoders minimise per step and phase: the classifier's ``-log p`` from the activations ``h``
-    when the model has one, else the squared distances ``d2``."""
-    return d2 if classifier is None else classifier.costs(h)
+def step_costs(centers: np.ndarray, classifier: PhaseClassifier | None, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step (activations ``h``) and phase: the squared distances to the centres (a step's ``distance`` is to
+    its phase's centre, whatever chose the phase) and what the decoders minimise, the classifier's ``-log p``
+    when the model has one, else those distances. The one definition the label stage, the served model and the
+    stream share."""
+    d2 = squared_distances(centers, h)
+    return d2, (d2 if classifier is None else classifier.costs(h))
 
 
 def chosen_distances(d2: np.ndarray, path: np.ndarray) -> np.ndarray:
@@ -181,7 +184,7 @@ def chosen_distances(d2: np.ndarray, path: np.ndarray) -> np.ndarray:
 def decode_path(d2: np.ndarray, decoding: str, penalty: float, costs: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
     """The phases of one container's labelled steps in time order from their ``costs`` (default: their squared
-    distances ``d2``; :func:`decoding_costs`), and each step's distance to the phase it gets."""
+    distances ``d2``; :func:`step_costs`), and each step's distance to the phase it gets."""
     costs = d2 if costs is None else costs
     if decoding == "forward":
         path = forward_decode(costs, penalty)[0]
@@ -208,9 +211,8 @@ def decode_table(table: Any, centers: np.ndarray, decoding: str, penalty: float,
     labelled = has.to_numpy(zero_copy_only=False)
     if not labelled.any():
         return table
-    h = _matrix(acts, has, centers.shape[1])
-    d2 = squared_distances(centers, h)
-    path, chosen = decode_path(d2, decoding, penalty, decoding_costs(classifier, h, d2))
+    d2, costs = step_costs(centers, classifier, _matrix(acts, has, centers.shape[1]))
+    path, chosen = decode_path(d2, decoding, penalty, costs)
     phase = np.zeros(len(table), dtype=np.int32)
     dist = np.zeros(len(table), dtype=np.float64)
     phase[labelled], dist[labelled] = path, chosen
@@ -251,11 +253,13 @@ def label_batch(
     refinements: dict[int, tuple[np.ndarray, tuple[int, ...]]],
     x: np.ndarray,
     cond: np.ndarray,
+    classifier: PhaseClassifier | None = None,
 ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
     """The per-batch kernel of both engines: (phase, distance, activations) of full-history windows.
 
-    One matrix product encodes the batch, one distance computation assigns it; ``centers=None`` encodes only
-    (training clusters the activations before there are centres).
+    One matrix product encodes the batch, one distance computation assigns it: each step's nearest centre, or
+    with a phase ``classifier`` its cheapest phase under :func:`step_costs` (a refined model has none);
+    ``centers=None`` encodes only (training clusters the activations before there are centres).
 
     One hidden unit, two visible units, one step of history; all weights zero, so every code is sigmoid(0):
 
@@ -267,13 +271,17 @@ def label_batch(
     h = encode(weights, x, cond)
     if centers is None:
         return None, None, h
+    if classifier is not None:
+        d2, costs = step_costs(centers, classifier, h)
+        phase = np.argmin(costs, axis=1) if len(h) else np.zeros(0, dtype=np.int64)
+        return phase, chosen_distances(d2, phase), h
     phase, dist = assign(centers, refinements, h)
     return phase, dist, h
 
 
 def label_arrays(model: PhaseModel, x: np.ndarray, cond: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(phase, distance, activations) of full-history windows, on the driver: the reference for the engines."""
-    phase, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+    phase, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond, model.classifier)
     return phase, dist, h  # type: ignore[return-value]
 
 
@@ -304,22 +312,23 @@ PASSTHROUGH = ["pod_id", "service", "ts", "step", "cpu_usage_cores", "cpu_num_co
 ENGINES = ("arrow", "pandas")
 
 
-def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int, tuple[np.ndarray, tuple[int, ...]]]]:
+def _unpack(payload: dict[str, Any]) -> tuple[CRBMWeights, np.ndarray, dict[int, tuple[np.ndarray, tuple[int, ...]]],
+                                              PhaseClassifier | None]:
     a = payload["arrays"]
     weights = CRBMWeights.from_dict({k: a[k] for k in ("W", "B", "A", "v_bias", "h_bias")})
     refinements = {int(k): (a[f"refine_{k}"], tuple(ids)) for k, ids in payload["refine_ids"].items()}
-    return weights, a["centers"], refinements
+    classifier = PhaseClassifier.from_dict(a) if payload.get("classifier") else None
+    return weights, a["centers"], refinements, classifier
 
 
 def decode(phases: DataFrame, model: PhaseModel, decoding: str, switch_penalty: float | None = None) -> DataFrame:
     """``PHASES`` rows with each container's phases decoded by :func:`decode_table` (``decoding`` as resolved by
     :func:`decoding_of`; ``switch_penalty`` in units of :func:`switch_cost`), one container per task; ``none``
-    leaves the rows as labelled (each step's nearest centre) unless the model has a phase classifier, whose
-    cheapest phase each step then gets."""
+    leaves the rows as labelled (each step's cheapest phase, :func:`label_batch`)."""
     from ai4dl.lake.schema import PHASES
 
     decoding = decoding_of(model, decoding)
-    if decoding == "none" and model.classifier is None:
+    if decoding == "none":
         return phases
     centers, penalty = np.asarray(model.centers, dtype=np.float64), switch_cost(model, decoding, switch_penalty)
     names, classifier = PHASES.fieldNames(), model.classifier
@@ -334,7 +343,7 @@ def label_windows(windows: DataFrame, model: PhaseModel, engine: str = "arrow", 
                   decoding: str = "none", switch_penalty: float | None = None) -> DataFrame:
     """Silver windows -> phases rows (schema ``PHASES``), labelled in the executors batch by batch, then with a
     ``decoding`` other than ``none`` each container's phases decoded over its steps in time order
-    (:func:`decode`; ``switch_penalty`` in units of the switch gap). Lazy, like a fitted ``pyspark.ml`` model's
+    (:func:`decode`; ``switch_penalty`` in units of :func:`switch_cost`). Lazy, like a fitted ``pyspark.ml`` model's
     ``transform``; :func:`label_arrays` does the same on numpy arrays."""
     return decode(label(windows, model, model_id, engine), model, decoding, switch_penalty)
 
@@ -346,7 +355,8 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
     if engine not in ENGINES:
         raise ConfigError(f"label.engine: {engine!r} is not allowed: one of {', '.join(ENGINES)}")
     spark = silver.sparkSession
-    payload = {"arrays": model.arrays(), "refine_ids": {p: ids for p, (_, ids) in model.refinements.items()}}
+    payload = {"arrays": model.arrays(), "refine_ids": {p: ids for p, (_, ids) in model.refinements.items()},
+               "classifier": model.classifier is not None}
     bc = spark.sparkContext.broadcast(payload)
     n_vis, n_cond = model.crbm.n_visible, model.crbm.n_visible * model.n_history
     mid = model_id or model.model_id
@@ -356,7 +366,7 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
         return silver.select(*cols).mapInArrow(_arrow_labeller(bc, n_vis, n_cond, mid, names), PHASES)
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        weights, centers, refinements = _unpack(bc.value)
+        weights, centers, refinements, classifier = _unpack(bc.value)
         for pdf in batches:
             full = pdf["has_full_history"].to_numpy(dtype=bool)
             out = pdf[PASSTHROUGH].copy()
@@ -366,7 +376,7 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
             if full.any():
                 x = stack_rows(pdf["features"][full], n_vis)
                 cond = stack_rows(pdf["history"][full], n_cond)
-                ph, d, h = label_batch(weights, centers, refinements, x, cond)
+                ph, d, h = label_batch(weights, centers, refinements, x, cond, classifier)
                 phase[full], dist[full] = ph, d
                 idx = np.flatnonzero(full)
                 for i, row in zip(idx, h):
@@ -393,7 +403,7 @@ def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str, names: list
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        weights, centers, refinements = _unpack(bc.value)
+        weights, centers, refinements, classifier = _unpack(bc.value)
         n_hidden = weights.n_hidden
         out_schema = None
         for batch in batches:
@@ -406,7 +416,7 @@ def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str, names: list
             if full.any():
                 x = _matrix(batch.column("features"), full_col, n_vis)
                 cond = _matrix(batch.column("history"), full_col, n_cond)
-                ph, d, h = label_batch(weights, centers, refinements, x, cond)
+                ph, d, h = label_batch(weights, centers, refinements, x, cond, classifier)
                 phase[full], dist[full], values = ph, d, h
             missing = pa.array(~full)
             offsets = np.zeros(n + 1, dtype=np.int32)
@@ -466,7 +476,7 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
 
 __all__ = [
     "CAUSAL_DECODINGS", "DECODINGS", "assign", "check_compatible", "chosen_distances", "decode", "decode_container",
-    "decode_path", "decode_table", "decoding_costs", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
-    "label_windows", "nearest",
+    "decode_path", "decode_table", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
+    "label_windows", "nearest", "step_costs",
     "switch_cost", "viterbi",
 ]

@@ -16,8 +16,7 @@ import pandas as pd
 from ai4dl.errors import InputError
 from ai4dl.method.features import INPUTS, derived_of
 from ai4dl.lake.columns import POD_ID, SOURCE_COLUMNS, TS
-from ai4dl.method.labelling import (decode_path, decoding_costs, label_batch, resolve_decoding, squared_distances,
-                                    switch_cost)
+from ai4dl.method.labelling import decode_path, label_batch, resolve_decoding, step_costs, switch_cost
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.windowing import container_windows
 
@@ -83,11 +82,10 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
     distance = np.full(len(frame), np.nan)
     if sum(len(r) for r in labelled):
         x, cond = np.concatenate(xs), np.concatenate(conds)
-        ph, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+        ph, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond, model.classifier)
         decoding, multiplier = resolve_decoding(model, decoding, switch_penalty)
-        if decoding != "none" or model.classifier is not None:  # each container's run, decoded in time order
-            d2 = squared_distances(np.asarray(model.centers, dtype=np.float64), h)
-            costs = decoding_costs(model.classifier, h, d2)
+        if decoding != "none":  # each container's run of the batch, decoded in time order
+            d2, costs = step_costs(np.asarray(model.centers, dtype=np.float64), model.classifier, h)
             penalty = switch_cost(model, decoding, multiplier)
             bounds = np.cumsum([0, *(len(r) for r in labelled)])
             for a, b in zip(bounds[:-1], bounds[1:]):

@@ -62,17 +62,18 @@ class ContainerSplit:
 
     def in_training_sample(self, pod_id: "Column", share: float, from_end: bool = False) -> "Column":
         """A boolean column: the container's hash falls in the first ``share`` of the training range (the last,
-        ``from_end``: two samples drawn from opposite ends do not meet while their shares sum to at most 1)."""
+        ``from_end``, rounded down: two samples drawn from opposite ends do not meet while their shares sum to
+        at most 1, unless one is so small that its one-bucket minimum is all it has)."""
         from pyspark.sql import functions as F
 
         if not 0.0 < float(share) <= 1.0:
             raise ConfigError(f"training_sample: share {share!r} is not in (0, 1]")
-        cut = max(1, int(round(float(share) * float(self.train_fraction) * _BUCKETS)))
-        if not from_end:
-            return self._bucket(pod_id) < F.lit(cut)
         end = int(round(float(self.train_fraction) * _BUCKETS))
+        if not from_end:
+            return self._bucket(pod_id) < F.lit(max(1, int(round(float(share) * float(self.train_fraction) * _BUCKETS))))
+        cut = max(1, int(float(share) * end))  # round(a) + floor(b) <= end when a + b <= end
         bucket = self._bucket(pod_id)
-        return (bucket >= F.lit(max(0, end - cut))) & (bucket < F.lit(end))
+        return (bucket >= F.lit(end - cut)) & (bucket < F.lit(end))
 
     def training_sample(self, df: "DataFrame", share: float, pod_column: str = "pod_id",
                         from_end: bool = False) -> "DataFrame":

@@ -22,13 +22,13 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from ai4dl import __version__
-from ai4dl.config import DEFAULT_SWITCH_PENALTY, TrainConfig, WindowConfig
+from ai4dl.config import TrainConfig, WindowConfig
 from ai4dl.errors import InputError, ModelError
 from ai4dl.lake.columns import POD_ID
-from ai4dl.method.classifier import PhaseClassifier, fit_classifier
+from ai4dl.method.classifier import TARGET_PENALTY, PhaseClassifier, fit_classifier
 from ai4dl.method.clustering import adjusted_rand_index, contingency, fit_centers, fit_centers_local, k_report
 from ai4dl.method.crbm import encode, train_crbm
-from ai4dl.method.labelling import encode_windows, label_windows, squared_distances, stack_rows, viterbi
+from ai4dl.method.labelling import encode_windows, label_windows, squared_distances, stack_rows, switch_gap, viterbi
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.scaler import Scaler
 from ai4dl.method.split import ContainerSplit
@@ -76,7 +76,8 @@ class PhaseEstimator:
             raise ModelError("this model records no training parameters (imported or trained by an older ai4dl)")
         from ai4dl.config import from_dict
 
-        train = from_dict({"train": params["train"]}).train
+        # a model trained before the phase classifier existed had none: retrained as it was, it has none either
+        train = from_dict({"train": {"classifier_units": 0, **params["train"]}}).train
         return cls(train, ContainerSplit(**params["split"]))
 
     def fit(self, silver: DataFrame, scaler: Scaler, n_history: int, log: Callable[[str], Any] | None = print) -> PhaseModel:
@@ -102,8 +103,9 @@ class PhaseEstimator:
             k_scores = k_report(encoded, range(lo, hi + 1), t.seed)
             for k, sil, inertia in k_scores:
                 log(f"train: k={k:2d} silhouette={sil:.3f} inertia={inertia:.1f}")
+        h = encode(result.weights, x, cond)
         if t.kmeans_engine == "driver":  # the sample is here already: its activations are one matrix product
-            centers = fit_centers_local(encode(result.weights, x, cond), t.k, t.seed, restarts=t.kmeans_restarts)
+            centers = fit_centers_local(h, t.k, t.seed, restarts=t.kmeans_restarts)
         else:
             centers = fit_centers(encoded, t.k, t.seed, restarts=t.kmeans_restarts)
         sample.unpersist()
@@ -125,39 +127,49 @@ class PhaseEstimator:
         }
         if k_scores is not None:
             info["k_report"] = [list(r) for r in k_scores]
-        info.update(describe_sampled_phases(scaler, result.weights, centers, x, cond))
-        for p, text in info["phase_descriptions"].items():
-            log(f"train: phase {p}: {text}")
         classifier = None
         if t.classifier_units > 0 and len(centers) > 1:
-            classifier, info["classifier"] = distill_classifier(windows, result.weights, centers, info["switch_gap"], t)
+            classifier, info["classifier"] = distill_classifier(windows, result.weights, centers,
+                                                                switch_gap(centers, h), t)
             c = info["classifier"]
             log(f"train: phase classifier ({t.classifier_units} units) on {c['steps']} steps of {c['containers']} "
                 f"training containers, agreeing with their offline phases at {c['agreement']:.1%} ({c['seconds']} s)")
+        # names describe the sampled windows as the model labels them (by the classifier when it has one)
+        info.update(describe_sampled_phases(scaler, result.weights, centers, x, cond, classifier))
+        for p, text in info["phase_descriptions"].items():
+            log(f"train: phase {p}: {text}")
         return PhaseModel(scaler, result.weights, centers, info=info, classifier=classifier)
 
 
-def distill_classifier(windows: DataFrame, weights: Any, centers: np.ndarray, switch_gap: float, t: TrainConfig
+def distill_classifier(windows: DataFrame, weights: Any, centers: np.ndarray, gap: float, t: TrainConfig
                        ) -> tuple[PhaseClassifier, dict[str, Any]]:
-    """The phase classifier, fitted in the driver on whole training containers (hash-chosen, the same on every
-    run, up to ``train.classifier_steps`` windows): their windows encoded in time order, each container decoded
-    by Viterbi over the centres at its default penalty (the offline phases, which know the steps after), and the
-    classifier taught to give each step that phase from its activations alone. Also what it learnt from."""
+    """The phase classifier, fitted in the driver on whole training containers (in hash order, the same on every
+    run, those that fit together in ``train.classifier_steps`` windows; when none does, the first one's first
+    windows): their windows encoded in time order, each container decoded by Viterbi over the centres
+    (:data:`~ai4dl.method.classifier.TARGET_PENALTY`: the offline phases, which know the steps after), and the
+    classifier taught to give each step that phase from its activations alone (``gap``: the model's switch gap,
+    :func:`~ai4dl.method.labelling.switch_gap`). Also what it learnt from."""
     t0 = time.time()
     sizes = (windows.groupBy(POD_ID).count().withColumn("_h", F.xxhash64(POD_ID, F.lit(int(t.seed))))
              .orderBy("_h", POD_ID).collect())
     chosen, steps = [], 0
     for r in sizes:
-        if steps >= t.classifier_steps:
-            break
-        chosen.append(r[POD_ID])
-        steps += int(r["count"])
+        if steps + int(r["count"]) <= t.classifier_steps:
+            chosen.append(r[POD_ID])
+            steps += int(r["count"])
+    rows = windows.where(F.col(POD_ID).isin(chosen))
+    if not chosen and sizes:  # every container is longer than the cap: the first one's first windows
+        chosen = [sizes[0][POD_ID]]
+        rows = (windows.where(F.col(POD_ID) == chosen[0])
+                .withColumn("_n", F.row_number().over(Window.partitionBy(POD_ID).orderBy("ts")))
+                .where(F.col("_n") <= t.classifier_steps))
     n_vis, n_hist = weights.n_visible, weights.n_history
-    pdf = (windows.where(F.col(POD_ID).isin(chosen)).select(POD_ID, "ts", "features", "history").toPandas()
-           .sort_values([POD_ID, "ts"], kind="stable"))
+    pdf = rows.select(POD_ID, "ts", "features", "history").toPandas().sort_values([POD_ID, "ts"], kind="stable")
+    if pdf.empty:
+        raise InputError("no training windows with full history to fit the phase classifier on")
     h = encode(weights, stack_rows(pdf["features"], n_vis), stack_rows(pdf["history"], n_vis * n_hist))
     d2 = squared_distances(centers, h)
-    penalty = DEFAULT_SWITCH_PENALTY["viterbi"] * float(switch_gap)
+    penalty = TARGET_PENALTY * float(gap)
     pods = pdf[POD_ID].to_numpy()
     cuts = np.flatnonzero(pods[1:] != pods[:-1]) + 1
     bounds = [0, *cuts.tolist(), len(pods)]
@@ -170,14 +182,14 @@ def distill_classifier(windows: DataFrame, weights: Any, centers: np.ndarray, sw
 
 
 def describe_sampled_phases(scaler: Scaler, weights: Any, centers: np.ndarray, x: np.ndarray,
-                            cond: np.ndarray) -> dict[str, Any]:
+                            cond: np.ndarray, classifier: PhaseClassifier | None = None) -> dict[str, Any]:
     """Names, descriptions and profile of the phases (:mod:`ai4dl.behaviour.naming`), from the CRBM's sampled
     training windows labelled by the fitted model: their raw features (the scaling undone) and, from the
     history's newest step, each window's previous step."""
     from ai4dl.behaviour.naming import name_phases
-    from ai4dl.method.labelling import label_batch, switch_gap
+    from ai4dl.method.labelling import label_batch
 
-    phases, _, h = label_batch(weights, centers, {}, x, cond)
+    phases, _, h = label_batch(weights, centers, {}, x, cond, classifier)
     mean, scale = np.asarray(scaler.mean), np.asarray(scaler.scale)
     n = len(scaler.features)
     raw = x * scale + mean
@@ -252,7 +264,8 @@ def refine(model: PhaseModel, training_windows: DataFrame, phase: int, k_sub: in
     """Split one phase into ``k_sub`` sub-phases by a k-means on that phase's activations only.
 
     Sub-phase 0 keeps the parent's id, the others get new ids after the highest existing one; every other
-    phase keeps its id and its steps (see :func:`ai4dl.method.labelling.assign`).
+    phase keeps its id and the steps nearest its centre (see :func:`ai4dl.method.labelling.assign`). A refined
+    model labels each step by its nearest (sub-)centre: it has no phase classifier, whose phases it would split.
     """
     if phase not in range(model.k):
         raise ModelError(f"phase {phase} is not one of the model's top-level phases 0..{model.k - 1}")
@@ -267,7 +280,8 @@ def refine(model: PhaseModel, training_windows: DataFrame, phase: int, k_sub: in
     ids = (phase, *range(start, start + k_sub - 1))
     refinements = {**model.refinements, phase: (sub, ids)}
     # sub-phases are assigned step by step (nearest sub-centre of the parent): no transition cost prices them
-    info = {**model.info, "refined": {str(phase): list(ids)}, "decoding": "none"}
+    info = {k: v for k, v in model.info.items() if k != "classifier"}  # a refined model has no classifier
+    info.update(refined={str(phase): list(ids)}, decoding="none")
     return PhaseModel(model.scaler, model.crbm, model.centers, refinements, info)
 
 

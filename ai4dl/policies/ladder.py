@@ -158,9 +158,9 @@ def verdict(worth: pd.DataFrame, threshold: float = 0.01) -> list[str]:
             lines.append(f"{w.resource} at {w.level}: what phases add is not measured (the forecasters with and "
                          "without phases were not both scored)")
         elif w.oracle_rung is None:  # no oracle rung: what the learned phases add, alone
-            said = "add nothing" if not (w.learned_adds >= threshold) else "add"
-            lines.append(f"{w.resource} at {w.level}: the learned phases {said} ({w.learned_adds:+.1%} of the static "
-                         "allocation over a forecaster of recent usage)")
+            added = f"{w.learned_adds:+.1%} of the static allocation over a forecaster of recent usage"
+            lines.append(f"{w.resource} at {w.level}: the learned phases "
+                         + (f"add nothing ({added})" if not (w.learned_adds >= threshold) else f"add {added}"))
         elif not (w.perfect_adds >= threshold):
             lines.append(f"{w.resource} at {w.level}: phases add nothing on this fleet ({oracle} would add "
                          f"{w.perfect_adds:+.1%} of the static allocation to a forecaster of recent usage)")

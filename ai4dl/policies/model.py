@@ -276,6 +276,10 @@ class PolicyEstimator:
         if total is not None and log is not None:
             log(f"policies: knobs chosen on {int(totals['containers'].max())} of {total} training containers "
                 f"(policies.calibration_containers={p.calibration_containers})")
+        if forecasters and fitted_on is not None and log is not None:  # none left: the forecast policies vanish
+            fc = totals[totals["policy"].isin(FORECASTS)]
+            log(f"policies: forecast margins calibrated on {int(fc['containers'].max()) if len(fc) else 0} "
+                "training containers the forecasters were not fitted on")
         knobs: dict[str, dict[str, float | None]] = {}
         for row in chosen.itertuples(index=False):
             value = None if row.policy not in KNOBS or pd.isna(row.knob) else float(row.knob)

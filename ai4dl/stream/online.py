@@ -24,7 +24,7 @@ What it does, and why it gives the batch pipeline's answers:
   label stage, then decoded as the label stage decodes them (``Live.decoding``: the causal forward decoder by
   default, resumed from the accumulated costs the state keeps, so a micro-batch boundary or a restart changes
   nothing); a step without full history gets a null phase, as in batch. Viterbi needs the steps after a step:
-  a stream configured with it takes each step's nearest phase, and says so at start.
+  a stream configured with it takes each step's cheapest phase (decoding none), and says so at start.
 * **Recommendation.** After the batch: the current phase (the last non-null one), since when it lasts (first
   step of its run; unlabelled steps do not break a run), the most likely next phase (the policy model's
   next-phase table, :func:`ai4dl.policies.nextphase.next_phase_table`) and what the deployed policies allocate for
@@ -45,8 +45,7 @@ import pandas as pd
 
 from ai4dl.lake.columns import BEHAVIOUR, METRICS, POD_ID, SERVICE, STREAM_STATE_FIELDS, TS
 from ai4dl.method.features import LOOKBACK
-from ai4dl.method.labelling import (chosen_distances, decode_path, decoding_costs, forward_decode, label_batch,
-                                    squared_distances)
+from ai4dl.method.labelling import chosen_distances, forward_decode, label_batch, step_costs
 from ai4dl.method.model import PhaseModel
 from ai4dl.method.windowing import container_windows
 from ai4dl.policies.live import Deployment, LivePolicies
@@ -170,12 +169,9 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
     acts: list[Any] = [None] * len(rows)
     if idx.size:
         x, cond = w.features[new][idx], w.history[new][idx]
-        ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond)
+        ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond, model.classifier)
         if live.decoding == "forward":
             ph, d = _decode_forward(h, st, live)
-        elif model.classifier is not None:  # each step's cheapest phase under the classifier, as label's none
-            d2 = squared_distances(np.asarray(model.centers, dtype=np.float64), h)
-            ph, d = decode_path(d2, "none", 0.0, decoding_costs(model.classifier, h, d2))
         phase[idx], dist[idx] = ph, d
         for j, row in zip(idx, h):
             acts[j] = row.tolist()
@@ -201,11 +197,9 @@ def _decode_forward(h: np.ndarray, st: dict[str, Any], live: Live) -> tuple[np.n
     """Phases and distances of the batch's labelled steps (in time order) by the forward decoder, resumed from
     the state's costs and current phase when they belong to this model (a new model starts afresh, as the
     label stage relabels every step with it); the state then holds the costs after the last step."""
-    centers = np.asarray(live.model.centers, dtype=np.float64)
-    d2 = squared_distances(centers, h)
+    d2, costs = step_costs(np.asarray(live.model.centers, dtype=np.float64), live.model.classifier, h)
     same = st.get("decode_model") == live.model_id and st.get("decode_costs") is not None
     acc = np.asarray(st["decode_costs"], dtype=np.float64) if same else None
-    costs = decoding_costs(live.model.classifier, h, d2)
     path, acc, _ = forward_decode(costs, live.switch_penalty, acc, st["run_phase"] if same else None)
     st["decode_costs"], st["decode_model"] = [float(v) for v in acc], live.model_id
     return path, chosen_distances(d2, path)
