@@ -296,7 +296,8 @@ class LabelConfig(_Section):
 
     @property
     def penalty(self) -> float | None:
-        """The switching penalty (units of the model's costs: one nat of its classifier, else its switch gap) of the configured decoding, None for none."""
+        """The switching penalty of the configured decoding (units of the model's costs: one nat of its
+        classifier, else its switch gap), None for none."""
         if self.smoothing == "none":
             return None
         return DEFAULT_SWITCH_PENALTY[self.smoothing] if self.switch_penalty is None else float(self.switch_penalty)

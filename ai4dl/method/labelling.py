@@ -345,11 +345,14 @@ def label_windows(windows: DataFrame, model: PhaseModel, engine: str = "arrow", 
     ``decoding`` other than ``none`` each container's phases decoded over its steps in time order
     (:func:`decode`; ``switch_penalty`` in units of :func:`switch_cost`). Lazy, like a fitted ``pyspark.ml`` model's
     ``transform``; :func:`label_arrays` does the same on numpy arrays."""
-    return decode(label(windows, model, model_id, engine), model, decoding, switch_penalty)
+    assign = decoding_of(model, decoding) == "none"  # else the decoder gives every labelled step its phase
+    return decode(label(windows, model, model_id, engine, assign), model, decoding, switch_penalty)
 
 
-def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, engine: str = "arrow") -> DataFrame:
-    """Phases rows (schema :data:`ai4dl.schema.PHASES`) for a silver DataFrame."""
+def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, engine: str = "arrow",
+          assign: bool = True) -> DataFrame:
+    """Phases rows (schema :data:`ai4dl.schema.PHASES`) for a silver DataFrame. Without ``assign`` the steps
+    are encoded only (activations, no phase or distance yet): for a decoder that follows and sets both."""
     from ai4dl.lake.schema import PHASES
 
     if engine not in ENGINES:
@@ -363,7 +366,7 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
     cols = [*PASSTHROUGH, "features", "history", "has_full_history"]
     names = PHASES.fieldNames()
     if engine == "arrow":
-        return silver.select(*cols).mapInArrow(_arrow_labeller(bc, n_vis, n_cond, mid, names), PHASES)
+        return silver.select(*cols).mapInArrow(_arrow_labeller(bc, n_vis, n_cond, mid, names, assign), PHASES)
 
     def run(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         weights, centers, refinements, classifier = _unpack(bc.value)
@@ -376,8 +379,9 @@ def label(silver: DataFrame, model: PhaseModel, model_id: str | None = None, eng
             if full.any():
                 x = stack_rows(pdf["features"][full], n_vis)
                 cond = stack_rows(pdf["history"][full], n_cond)
-                ph, d, h = label_batch(weights, centers, refinements, x, cond, classifier)
-                phase[full], dist[full] = ph, d
+                ph, d, h = label_batch(weights, centers if assign else None, refinements, x, cond, classifier)
+                if ph is not None:
+                    phase[full], dist[full] = ph, d
                 idx = np.flatnonzero(full)
                 for i, row in zip(idx, h):
                     acts[i] = row
@@ -398,8 +402,9 @@ def _matrix(column: Any, rows: Any, width: int) -> np.ndarray:
     return flat.to_numpy(zero_copy_only=False).astype(np.float64, copy=False).reshape(-1, width)
 
 
-def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str, names: list[str]):
-    """``names``: the PHASES columns in order (mapInArrow matches columns by position)."""
+def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str, names: list[str], assign: bool = True):
+    """``names``: the PHASES columns in order (mapInArrow matches columns by position); ``assign``: as
+    :func:`label`'s."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
@@ -416,8 +421,9 @@ def _arrow_labeller(bc: Any, n_vis: int, n_cond: int, model_id: str, names: list
             if full.any():
                 x = _matrix(batch.column("features"), full_col, n_vis)
                 cond = _matrix(batch.column("history"), full_col, n_cond)
-                ph, d, h = label_batch(weights, centers, refinements, x, cond, classifier)
-                phase[full], dist[full], values = ph, d, h
+                ph, d, values = label_batch(weights, centers if assign else None, refinements, x, cond, classifier)
+                if ph is not None:
+                    phase[full], dist[full] = ph, d
             missing = pa.array(~full)
             offsets = np.zeros(n + 1, dtype=np.int32)
             offsets[1:] = np.cumsum(full.astype(np.int32) * n_hidden)

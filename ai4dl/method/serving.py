@@ -82,9 +82,12 @@ def label_traces(model: PhaseModel, traces: pd.DataFrame, max_gap_seconds: float
     distance = np.full(len(frame), np.nan)
     if sum(len(r) for r in labelled):
         x, cond = np.concatenate(xs), np.concatenate(conds)
-        ph, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond, model.classifier)
         decoding, multiplier = resolve_decoding(model, decoding, switch_penalty)
-        if decoding != "none":  # each container's run of the batch, decoded in time order
+        if decoding == "none":
+            ph, dist, h = label_batch(model.crbm, model.centers, model.refinements, x, cond, model.classifier)
+        else:  # encoded, then each container's run of the batch decoded in time order
+            h = label_batch(model.crbm, None, {}, x, cond)[2]
+            ph, dist = np.zeros(len(h), dtype=np.int64), np.zeros(len(h))
             d2, costs = step_costs(np.asarray(model.centers, dtype=np.float64), model.classifier, h)
             penalty = switch_cost(model, decoding, multiplier)
             bounds = np.cumsum([0, *(len(r) for r in labelled)])

@@ -68,11 +68,11 @@ class ContainerSplit:
 
         if not 0.0 < float(share) <= 1.0:
             raise ConfigError(f"training_sample: share {share!r} is not in (0, 1]")
-        end = int(round(float(self.train_fraction) * _BUCKETS))
-        if not from_end:
-            return self._bucket(pod_id) < F.lit(max(1, int(round(float(share) * float(self.train_fraction) * _BUCKETS))))
-        cut = max(1, int(float(share) * end))  # round(a) + floor(b) <= end when a + b <= end
         bucket = self._bucket(pod_id)
+        if not from_end:
+            return bucket < F.lit(max(1, int(round(float(share) * float(self.train_fraction) * _BUCKETS))))
+        end = int(round(float(self.train_fraction) * _BUCKETS))
+        cut = max(1, int(float(share) * end))  # round(a) + floor(b) <= end when a + b <= end
         return (bucket >= F.lit(end - cut)) & (bucket < F.lit(end))
 
     def training_sample(self, df: "DataFrame", share: float, pod_column: str = "pod_id",

@@ -127,10 +127,10 @@ class PhaseEstimator:
         }
         if k_scores is not None:
             info["k_report"] = [list(r) for r in k_scores]
+        info["switch_gap"] = switch_gap(centers, h)  # the unit of label.switch_penalty over distances
         classifier = None
         if t.classifier_units > 0 and len(centers) > 1:
-            classifier, info["classifier"] = distill_classifier(windows, result.weights, centers,
-                                                                switch_gap(centers, h), t)
+            classifier, info["classifier"] = distill_classifier(windows, result.weights, centers, info["switch_gap"], t)
             c = info["classifier"]
             log(f"train: phase classifier ({t.classifier_units} units) on {c['steps']} steps of {c['containers']} "
                 f"training containers, agreeing with their offline phases at {c['agreement']:.1%} ({c['seconds']} s)")
@@ -189,14 +189,12 @@ def describe_sampled_phases(scaler: Scaler, weights: Any, centers: np.ndarray, x
     from ai4dl.behaviour.naming import name_phases
     from ai4dl.method.labelling import label_batch
 
-    phases, _, h = label_batch(weights, centers, {}, x, cond, classifier)
+    phases, _, _ = label_batch(weights, centers, {}, x, cond, classifier)
     mean, scale = np.asarray(scaler.mean), np.asarray(scaler.scale)
     n = len(scaler.features)
     raw = x * scale + mean
     before = cond[:, -n:] * scale + mean  # history is time-major, oldest first: its last block is t-1
-    out = name_phases(np.asarray(phases, dtype=float), raw, before, scaler.features)
-    out["switch_gap"] = switch_gap(centers, h)  # the unit of label.switch_penalty
-    return out
+    return name_phases(np.asarray(phases, dtype=float), raw, before, scaler.features)
 
 
 def _crbm_params(t: TrainConfig) -> dict[str, Any]:

@@ -169,9 +169,11 @@ def _label(pod_id: str, rows: pd.DataFrame, secs: np.ndarray, st: dict[str, Any]
     acts: list[Any] = [None] * len(rows)
     if idx.size:
         x, cond = w.features[new][idx], w.history[new][idx]
-        ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond, model.classifier)
-        if live.decoding == "forward":
+        if live.decoding == "forward":  # the decoder gives each step its phase: encode only
+            h = label_batch(model.crbm, None, {}, x, cond)[2]
             ph, d = _decode_forward(h, st, live)
+        else:
+            ph, d, h = label_batch(model.crbm, model.centers, model.refinements, x, cond, model.classifier)
         phase[idx], dist[idx] = ph, d
         for j, row in zip(idx, h):
             acts[j] = row.tolist()
