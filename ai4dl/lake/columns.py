@@ -45,7 +45,8 @@ DEFAULT_FEATURES: tuple[str, ...] = (
 DERIVED_FEATURES: tuple[str, ...] = (
     "cpu_frac", "mem_frac", "cpu_frac_min10", "ln_cpu_frac_std20", "ln_absd_mem_frac_mean10", "ln_absd_cpu_frac_mean10",
     "cpu_frac_median10", "cpu_frac_max10", "mem_frac_slope10", "mem_frac_range20", "ln_absd_mem_frac_mean5",
-    "ln_cpu_frac_std10", "ln_medd_mem_frac10",
+    "ln_cpu_frac_std10", "ln_medd_mem_frac10", "cpu_frac_min5", "cpu_frac_min3", "ln_cpu_frac_std5",
+    "ln_medd_mem_frac5", "ln_absd_cpu_frac_mean5",
 )
 # The behaviour features (the default): chosen on the training containers of a generated fleet of one seed and
 # confirmed on another's (bench/feature_ablation.py; bench/README.md has the ablation): the memory level, the

@@ -131,6 +131,11 @@ DERIVED: dict[str, Callable[[Shares], pd.Series]] = {
     "ln_absd_mem_frac_mean5": _changes("mem_frac", 5, "mean"),
     "ln_cpu_frac_std10": _ln_std("cpu_frac", 10),
     "ln_medd_mem_frac10": _changes("mem_frac", 10, "median"),
+    "cpu_frac_min5": _rolling("cpu_frac", 5, "min"),
+    "cpu_frac_min3": _rolling("cpu_frac", 3, "min"),
+    "ln_cpu_frac_std5": _ln_std("cpu_frac", 5),
+    "ln_medd_mem_frac5": _changes("mem_frac", 5, "median"),
+    "ln_absd_cpu_frac_mean5": _changes("cpu_frac", 5, "mean"),
 }
 """Derived feature -> its definition over one container's shares in time order (a Series aligned with its rows)."""
 

@@ -36,13 +36,15 @@ def change_timing(truth: Sequence[Any], predicted: Sequence[Any]) -> dict[str, A
     """When one container's phases change, against when its true behaviour does (both per step, in time order):
     for each true change, the delay in steps to the first phase change at or after it and before the next true
     change (none there: ``missed``); every other phase change is a false one. What a policy triggered by a
-    phase change pays: late reactions, and reactions to nothing.
+    phase change pays: late reactions, and reactions to nothing. ``per_change`` has each true change's delay in
+    order, None where missed (which kinds of change are seen late).
 
     >>> t = change_timing(list("aaaabbbbbbcccc"), [0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 2, 2])
-    >>> t["delays"], t["missed"], t["false_changes"], t["steps"]
-    ([1, 2], 0, 2, 14)
+    >>> t["delays"], t["missed"], t["false_changes"], t["steps"], t["per_change"]
+    ([1, 2], 0, 2, 14, [1, 2])
     """
     delays: list[int] = []
+    per_change: list[int | None] = []
     missed = false = 0
     n = len(truth)
     true_at = [i for i in range(1, n) if truth[i] != truth[i - 1]]
@@ -56,8 +58,9 @@ def change_timing(truth: Sequence[Any], predicted: Sequence[Any]) -> dict[str, A
         else:
             delays.append(hit - t)
             matched.add(hit)
+        per_change.append(None if hit is None else hit - t)
     false = sum(1 for s in seen_at if s not in matched)
-    return {"delays": delays, "missed": missed, "false_changes": false, "steps": n}
+    return {"delays": delays, "missed": missed, "false_changes": false, "steps": n, "per_change": per_change}
 
 
 def fleet_change_timing(per_container: Sequence[dict[str, Any]]) -> dict[str, Any]:

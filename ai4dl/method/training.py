@@ -141,6 +141,23 @@ class PhaseEstimator:
         return PhaseModel(scaler, result.weights, centers, info=info, classifier=classifier)
 
 
+def classifier_containers(windows: DataFrame, t: TrainConfig) -> tuple[list[str], bool]:
+    """The training containers the phase classifier learns from, and whether it takes them whole: in hash order
+    (the same on every run), those whose windows fit together in ``train.classifier_steps``; when none does, the
+    first one alone, of which it takes the first windows. Benches that score phases on training containers leave
+    these out, as the classifier has seen their offline phases."""
+    sizes = (windows.groupBy(POD_ID).count().withColumn("_h", F.xxhash64(POD_ID, F.lit(int(t.seed))))
+             .orderBy("_h", POD_ID).collect())
+    chosen, steps = [], 0
+    for r in sizes:
+        if steps + int(r["count"]) <= t.classifier_steps:
+            chosen.append(r[POD_ID])
+            steps += int(r["count"])
+    if not chosen and sizes:
+        return [sizes[0][POD_ID]], False
+    return chosen, True
+
+
 def distill_classifier(windows: DataFrame, weights: Any, centers: np.ndarray, gap: float, t: TrainConfig
                        ) -> tuple[PhaseClassifier, dict[str, Any]]:
     """The phase classifier, fitted in the driver on whole training containers (in hash order, the same on every
@@ -150,16 +167,9 @@ def distill_classifier(windows: DataFrame, weights: Any, centers: np.ndarray, ga
     classifier taught to give each step that phase from its activations alone (``gap``: the model's switch gap,
     :func:`~ai4dl.method.labelling.switch_gap`). Also what it learnt from."""
     t0 = time.time()
-    sizes = (windows.groupBy(POD_ID).count().withColumn("_h", F.xxhash64(POD_ID, F.lit(int(t.seed))))
-             .orderBy("_h", POD_ID).collect())
-    chosen, steps = [], 0
-    for r in sizes:
-        if steps + int(r["count"]) <= t.classifier_steps:
-            chosen.append(r[POD_ID])
-            steps += int(r["count"])
+    chosen, whole = classifier_containers(windows, t)
     rows = windows.where(F.col(POD_ID).isin(chosen))
-    if not chosen and sizes:  # every container is longer than the cap: the first one's first windows
-        chosen = [sizes[0][POD_ID]]
+    if not whole:  # every container is longer than the cap: the first one's first windows
         rows = (windows.where(F.col(POD_ID) == chosen[0])
                 .withColumn("_n", F.row_number().over(Window.partitionBy(POD_ID).orderBy("ts")))
                 .where(F.col("_n") <= t.classifier_steps))
@@ -297,4 +307,4 @@ def _versions() -> dict[str, str]:
     return out
 
 
-__all__ = ["PhaseEstimator", "distill_classifier", "refine", "score", "stratified_sample", "train_distributed"]
+__all__ = ["PhaseEstimator", "classifier_containers", "distill_classifier", "refine", "score", "stratified_sample", "train_distributed"]
