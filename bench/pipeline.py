@@ -30,8 +30,10 @@ import os
 import resource
 import shutil
 import sys
+import re
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,13 +126,93 @@ class HeapSampler:
         self._thread.join(timeout=2)
 
 
+class PythonWorkers:
+    """Spark's Python workers on this machine (``pyspark.daemon`` and the workers it forks, which share its
+    command line), sampled every ``interval`` s: the most alive at once and how many distinct processes were
+    seen since the last :meth:`reset` (with ``spark.python.worker.reuse`` each task slot keeps one worker; every
+    further process is a worker started again, paying the UDF modules' imports, torch's among them)."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.peak = 0
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        alive = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit() and "pyspark.daemon" in _cmdline(int(d.name)):
+                alive.append(int(d.name))
+        self.peak = max(self.peak, len(alive))
+        self.seen.update(alive)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def reset(self) -> None:
+        self.peak = 0
+        self.seen = set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+
+
+_SIZE = re.compile(r"([0-9][0-9.,]*)\s*(B|KiB|MiB|GiB|TiB)\b")
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def _bytes_of(text: str) -> float:
+    """The first size in a SQL metric's text (``"1024.0 KiB"``, or ``"total (min, med, max)\n3.0 MiB (...)"``)."""
+    m = _SIZE.search(text or "")
+    return float(m.group(1).replace(",", "")) * _UNITS[m.group(2)] if m else 0.0
+
+
+def _rest(spark, path: str):
+    sc = spark.sparkContext
+    with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{path}", timeout=60) as resp:
+        return json.load(resp)
+
+
+def spark_work_since(spark, after_stage: int, after_sql: int) -> dict:
+    """What a bench stage asked of Spark, from the UI's REST API: tasks, executor run and GC time, input and shuffle
+    bytes of the Spark stages after ``after_stage``; how many broadcasts the SQL executions after ``after_sql``
+    built and their sizes (BroadcastExchange's ``data size``)."""
+    stages = [s for s in _rest(spark, "stages?status=complete") if s["stageId"] > after_stage]
+    sql = [e for e in _rest(spark, "sql?details=true&planDescription=false&length=100000") if e["id"] > after_sql]
+    broadcasts = [_bytes_of(m["value"]) for e in sql for n in e.get("nodes", []) if n.get("nodeName") == "BroadcastExchange"
+                  for m in n.get("metrics", []) if m.get("name") == "data size"]
+    return {
+        "spark_stages": len(stages),
+        "tasks": sum(s["numTasks"] for s in stages),
+        "executor_run_s": round(sum(s["executorRunTime"] for s in stages) / 1000, 1),
+        "gc_s": round(sum(s.get("jvmGcTime", 0) for s in stages) / 1000, 1),
+        "input_mb": round(sum(s["inputBytes"] for s in stages) / 2**20, 1),
+        "shuffle_write_mb": round(sum(s["shuffleWriteBytes"] for s in stages) / 2**20, 1),
+        "shuffle_read_mb": round(sum(s["shuffleReadBytes"] for s in stages) / 2**20, 1),
+        "broadcasts": len(broadcasts),
+        "broadcast_mb_total": round(sum(broadcasts) / 2**20, 2),
+        "broadcast_mb_max": round(max(broadcasts, default=0.0) / 2**20, 2),
+    }
+
+
+def _last_ids(spark) -> tuple[int, int]:
+    stages = _rest(spark, "stages")
+    sql = _rest(spark, "sql?details=false&length=100000")
+    return max((s["stageId"] for s in stages), default=-1), max((e["id"] for e in sql), default=-1)
+
+
 class Meter:
-    def __init__(self, spark, jobs_over: float | None = None) -> None:
+    def __init__(self, spark, jobs_over: float | None = None, spark_work: bool = False) -> None:
         self.spark = spark
         self.jvm = jvm_pid(spark)
         self.heap = HeapSampler(spark)
         self.stages: list[dict] = []
         self.jobs_over = jobs_over
+        self.workers = PythonWorkers() if spark_work else None
 
     def _print_jobs(self, after: int, seconds: float) -> None:
         """The stage's Spark jobs from the UI's REST API (as bench/stage_jobs.py), the longer ones by call site."""
@@ -156,6 +238,9 @@ class Meter:
             from stage_jobs import jobs_since
 
             last_job = max((j["jobId"] for j in jobs_since(self.spark, -1)), default=-1)
+        if self.workers is not None:
+            last_ids = _last_ids(self.spark)
+            self.workers.reset()
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         seconds = time.perf_counter() - t0
@@ -171,6 +256,10 @@ class Meter:
             "jvm_peak_is_stage": bool(jvm_reset),
             "jvm_heap_peak_mb": round(self.heap.peak / 2**20, 1),
         }
+        if self.workers is not None:
+            self.workers._sample()
+            rec.update(spark_work_since(self.spark, *last_ids), python_workers_peak=self.workers.peak,
+                       python_workers_seen=len(self.workers.seen))
         self.stages.append(rec)
         print(
             f"[bench] {name:<10} rows_in={n:>11,} {seconds:9.1f}s {rec['rows_per_s'] or 0:>12,.0f} rows/s  "
@@ -178,6 +267,11 @@ class Meter:
             f"jvm_heap_peak={rec['jvm_heap_peak_mb']:.0f}MB",
             flush=True,
         )
+        if self.workers is not None:
+            print(f"[bench]   {rec['tasks']} tasks in {rec['spark_stages']} Spark stages, executors {rec['executor_run_s']} s "
+                  f"(GC {rec['gc_s']} s); shuffle write {rec['shuffle_write_mb']} MB; {rec['broadcasts']} broadcasts "
+                  f"({rec['broadcast_mb_total']} MB, largest {rec['broadcast_mb_max']} MB); Python workers: "
+                  f"{rec['python_workers_peak']} at once, {rec['python_workers_seen']} processes", flush=True)
         if self.jobs_over is not None:
             self._print_jobs(last_job, seconds)
         return out
@@ -209,6 +303,9 @@ def main(argv=None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the workdir afterwards (default: delete it)")
     p.add_argument("--jobs", type=float, default=None, metavar="SECONDS",
                    help="after each stage, list its Spark jobs of at least SECONDS (from the Spark UI's REST API)")
+    p.add_argument("--spark-work", action="store_true",
+                   help="per stage also what it asked of Spark (tasks, shuffle, broadcasts; the UI's REST API) and the "
+                        "Python workers alive on this machine (bench/cluster.py)")
     p.add_argument("--stages", default="generate,ingest,window,train,label,behaviour,policies",
                    help="comma-separated subset, to rerun later stages on a kept workdir")
     args = p.parse_args(argv)
@@ -242,7 +339,7 @@ def main(argv=None) -> int:
 
     t_all = time.perf_counter()
     spark = get_spark(cfg)
-    meter = Meter(spark, args.jobs)
+    meter = Meter(spark, args.jobs, args.spark_work)
     rows = args.containers * args.steps
     print(f"[bench] {args.containers} containers x {args.steps} steps = {rows:,} rows; master {args.master}, "
           f"driver memory {args.driver_memory}, {args.shuffle_partitions} shuffle partitions, "
@@ -272,6 +369,8 @@ def main(argv=None) -> int:
         meter.run("policies", count("phases"), S.policies, cfg, spark)
 
     meter.heap.stop()
+    if meter.workers is not None:
+        meter.workers.stop()
     total = time.perf_counter() - t_all
     ru_py = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     jvm_hwm = (_status_kb(meter.jvm, "VmHWM") or 0) / 1024 if meter.jvm else None

@@ -1,8 +1,8 @@
 """A throwaway Spark standalone cluster on loopback, and a driver that runs the pipeline against it.
 
-``StandaloneCluster`` starts a master and one worker from the pyspark pip install (``bin/spark-class``) as
-subprocesses in their own process groups, waits until the master reports the worker ALIVE, and kills both
-groups (executors and Python workers included) on ``stop()``.
+``StandaloneCluster`` starts a master and its workers (one by default) from the pyspark pip install
+(``bin/spark-class``) as subprocesses in their own process groups, waits until the master reports the workers
+ALIVE, and kills every group (executors and Python workers included) on ``stop()``.
 
 ``python -m tests.standalone MASTER_URL LAKE MODELS SAMPLE REFERENCE_MODEL`` is the driver: one Spark
 application running import-reference-model -> ingest -> window -> label -> policies through the library, as
@@ -80,15 +80,16 @@ def kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 
 class StandaloneCluster:
-    """A master and one worker on 127.0.0.1, free ports, logs and work dirs under ``base``."""
+    """A master and ``workers`` workers (``cores`` and ``memory`` each) on 127.0.0.1, free ports, logs and work
+    dirs under ``base``."""
 
-    def __init__(self, base: Path, cores: int = 2, memory: str = "2g") -> None:
+    def __init__(self, base: Path, cores: int = 2, memory: str = "2g", workers: int = 1) -> None:
         self.base = Path(base)
         self.cores = cores
         self.memory = memory
+        self.workers = workers
         self.port = free_port()
         self.ui_port = free_port()
-        self.worker_ui_port = free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen] = []
         self.logs: dict[str, Path] = {}
@@ -108,17 +109,19 @@ class StandaloneCluster:
     def start(self, timeout: float = 90.0) -> "StandaloneCluster":
         self._start("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port)])
         self.wait_for(lambda s: s.get("status") == "ALIVE", "the master to come up", timeout)
-        work = self.base / "work"
-        work.mkdir(exist_ok=True)
-        self._start(
-            "worker",
-            [
-                "org.apache.spark.deploy.worker.Worker", self.master_url,
-                "--cores", str(self.cores), "--memory", self.memory,
-                "--host", "127.0.0.1", "--webui-port", str(self.worker_ui_port), "--work-dir", str(work),
-            ],
-        )  # fmt: skip
-        self.wait_for(lambda s: any(w.get("state") == "ALIVE" for w in s.get("workers", [])), "the worker to register", timeout)
+        for i in range(self.workers):
+            work = self.base / ("work" if i == 0 else f"work{i}")
+            work.mkdir(exist_ok=True)
+            self._start(
+                "worker" if i == 0 else f"worker{i}",
+                [
+                    "org.apache.spark.deploy.worker.Worker", self.master_url,
+                    "--cores", str(self.cores), "--memory", self.memory,
+                    "--host", "127.0.0.1", "--webui-port", str(free_port()), "--work-dir", str(work),
+                ],
+            )  # fmt: skip
+        self.wait_for(lambda s: sum(w.get("state") == "ALIVE" for w in s.get("workers", [])) >= self.workers,
+                      f"{self.workers} worker(s) to register", timeout)
         return self
 
     def state(self) -> dict:
@@ -147,7 +150,7 @@ class StandaloneCluster:
         for name, path in self.logs.items():
             text = path.read_text(errors="replace") if path.exists() else "(no log)"
             parts.append(f"--- {name} log ({path}) ---\n{text[-tail:]}")
-        for app_log in sorted((self.base / "work").glob("app-*/*/stderr")):  # executor logs
+        for app_log in sorted(self.base.glob("work*/app-*/*/stderr")):  # executor logs
             parts.append(f"--- executor {app_log} ---\n{app_log.read_text(errors='replace')[-tail:]}")
         return "\n".join(parts)
 
