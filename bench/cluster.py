@@ -1,17 +1,19 @@
 """What changes out of one machine: the pipeline on ``local[2]`` against a standalone cluster of 2 workers x 1 core.
 
-    .venv/bin/python bench/cluster.py                                   # 500 x 2000 = 1M rows, three runs
+    .venv/bin/python bench/cluster.py                                   # 500 x 2000 = 1M rows, four runs
     .venv/bin/python bench/cluster.py --runs local,cluster --shuffle-partitions 8,24
 
 Each run is ``bench/pipeline.py --spark-work`` in a fresh process on the same generated fleet (same seed):
 ``local`` on ``local[2]``; ``cluster`` on a Spark standalone master and two 1-core workers started here on
 loopback from the pyspark install (``tests/standalone.py``, the cluster test's code), the driver a separate JVM
-as on a real cluster; ``cluster-noreuse`` the same with ``spark.python.worker.reuse=false``. The same two cores
-either way, so what differs is what a cluster adds: a driver apart from its executors (results and broadcasts
-cross a socket), executors' own JVMs and Python daemons (each imports the UDFs' modules, torch among them), and
-the shuffle served between processes. Per stage and run: seconds, tasks, executor time, shuffle written,
-broadcasts and the Python workers seen (``bench/pipeline.py``'s ``PythonWorkers``). Prints a table per figure
-and one ``CLUSTER_JSON`` line.
+as on a real cluster; ``cluster-noreuse`` the same with ``spark.python.worker.reuse=false``;
+``cluster-optimizewrite`` with Delta's optimized writes (``spark.databricks.delta.optimizeWrite.enabled``).
+The same two cores either way, so what differs is what a cluster adds: a driver apart from its executors
+(results and broadcasts cross a socket), executors' own JVMs and Python daemons (each imports the UDFs'
+modules, torch among them), and the shuffle served between processes. Per stage and run: seconds, tasks,
+executor time, shuffle written, broadcasts and the Python workers seen (``bench/pipeline.py``'s
+``PythonWorkers``); per run, each Delta table's data files at the end. Prints a table per figure and one
+``CLUSTER_JSON`` line.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RUNS = ("local", "cluster", "cluster-noreuse")
+RUNS = ("local", "cluster", "cluster-noreuse", "cluster-optimizewrite")
 
 
 def run_pipeline(name: str, args, partitions: int, work: Path) -> dict:
@@ -46,6 +48,8 @@ def run_pipeline(name: str, args, partitions: int, work: Path) -> dict:
                 "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
         if name == "cluster-noreuse":
             conf["spark.python.worker.reuse"] = "false"
+        if name == "cluster-optimizewrite":  # Delta's optimized writes: a shuffle before each write, fewer files
+            conf["spark.databricks.delta.optimizeWrite.enabled"] = "true"
     else:
         env = cluster_env(work / "conf-local")  # the same environment (no machine spark-defaults) as the cluster's
         (work / "conf-local").mkdir(parents=True, exist_ok=True)
@@ -93,6 +97,14 @@ def tables(results: list[dict]) -> str:
         if key in ("seconds", "tasks", "executor_run_s", "shuffle_write_mb"):
             total = [sum(s.get(key, 0) for s in r["stages"]) for r in results]
             out.append(f"{'sum':<38}" + "".join(f"{fmt.format(t):>22}" for t in total))
+    with_files = [r for r in results if r.get("table_files")]
+    if with_files:
+        names = [f"{r['run']}/{r['shuffle_partitions']}" for r in with_files]
+        head = f"{'Delta data files at the end (MB)':<38}" + "".join(f"{n:>22}" for n in names)
+        out += ["", head, "-" * len(head)]
+        for table in with_files[0]["table_files"]:
+            cells = [r["table_files"].get(table, {}) for r in with_files]
+            out.append(f"{table:<38}" + "".join(f"{c.get('files', 0):>14d} ({c.get('mb', 0):>5.1f})" for c in cells))
     return "\n".join(out)
 
 

@@ -199,6 +199,18 @@ def spark_work_since(spark, after_stage: int, after_sql: int) -> dict:
     }
 
 
+def table_files(spark, lake) -> dict[str, dict]:
+    """Per Delta table of the lake: its data files and MB at the end (``DESCRIBE DETAIL``); Delta's write
+    commands do not report their files in the SQL metrics the stages are read from."""
+    from ai4dl.lake.tables import TABLES
+    out = {}
+    for name in TABLES:
+        if lake.exists(name):
+            d = spark.sql(f"DESCRIBE DETAIL delta.`{lake.path(name)}`").first()
+            out[name] = {"files": int(d["numFiles"]), "mb": round(int(d["sizeInBytes"]) / 2**20, 1)}
+    return out
+
+
 def _last_ids(spark) -> tuple[int, int]:
     stages = _rest(spark, "stages")
     sql = _rest(spark, "sql?details=false&length=100000")
@@ -368,6 +380,8 @@ def main(argv=None) -> int:
     if "policies" in stages:
         meter.run("policies", count("phases"), S.policies, cfg, spark)
 
+    if args.spark_work:  # what the writes left: a cluster's file count is what its readers and OPTIMIZE pay for
+        extra["table_files"] = table_files(spark, lake)
     meter.heap.stop()
     if meter.workers is not None:
         meter.workers.stop()
