@@ -36,8 +36,22 @@ def _by_container(phases_df: DataFrame) -> DataFrame:
     idle for the last third); a partition count given here is kept as given. Rows per container do not change.
     """
     spark = phases_df.sparkSession
-    n = max(int(spark.conf.get("spark.sql.shuffle.partitions")), 2 * spark.sparkContext.defaultParallelism)
+    n = replay_tasks(spark.conf.get("spark.sql.shuffle.partitions"), spark.sparkContext.defaultParallelism)
     return phases_df.select(*INPUT_COLUMNS).repartition(n, "pod_id")
+
+
+def replay_tasks(shuffle_partitions: str, parallelism: int) -> int:
+    """The replay's task count: the session's shuffle partitions, at least two per core. Databricks also accepts
+    ``auto`` there (its shuffle sized by the runtime), which gives no count: then two per core.
+
+    >>> replay_tasks("8", 2), replay_tasks("8", 16), replay_tasks("auto", 16)
+    (8, 32, 32)
+    """
+    try:
+        given = int(shuffle_partitions)
+    except (TypeError, ValueError):
+        given = 0
+    return max(given, 2 * parallelism)
 
 
 def replay_fleet(
