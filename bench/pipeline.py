@@ -27,19 +27,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import sys
-import re
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ai4dl.config import load_config  # noqa: E402
+from stage_jobs import ui_rest  # noqa: E402  (bench/, the script's own folder)
 
 
 def _status_kb(pid: int | str, key: str) -> int | None:
@@ -171,18 +171,12 @@ def _bytes_of(text: str) -> float:
     return float(m.group(1).replace(",", "")) * _UNITS[m.group(2)] if m else 0.0
 
 
-def _rest(spark, path: str):
-    sc = spark.sparkContext
-    with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{path}", timeout=60) as resp:
-        return json.load(resp)
-
-
 def spark_work_since(spark, after_stage: int, after_sql: int) -> dict:
     """What a bench stage asked of Spark, from the UI's REST API: tasks, executor run and GC time, input and shuffle
     bytes of the Spark stages after ``after_stage``; how many broadcasts the SQL executions after ``after_sql``
     built and their sizes (BroadcastExchange's ``data size``)."""
-    stages = [s for s in _rest(spark, "stages?status=complete") if s["stageId"] > after_stage]
-    sql = [e for e in _rest(spark, "sql?details=true&planDescription=false&length=100000") if e["id"] > after_sql]
+    stages = [s for s in ui_rest(spark, "stages?status=complete") if s["stageId"] > after_stage]
+    sql = [e for e in ui_rest(spark, "sql?details=true&planDescription=false&length=100000") if e["id"] > after_sql]
     broadcasts = [_bytes_of(m["value"]) for e in sql for n in e.get("nodes", []) if n.get("nodeName") == "BroadcastExchange"
                   for m in n.get("metrics", []) if m.get("name") == "data size"]
     return {
@@ -212,8 +206,8 @@ def table_files(spark, lake) -> dict[str, dict]:
 
 
 def _last_ids(spark) -> tuple[int, int]:
-    stages = _rest(spark, "stages")
-    sql = _rest(spark, "sql?details=false&length=100000")
+    stages = ui_rest(spark, "stages")
+    sql = ui_rest(spark, "sql?details=false&length=100000")
     return max((s["stageId"] for s in stages), default=-1), max((e["id"] for e in sql), default=-1)
 
 

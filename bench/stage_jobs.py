@@ -47,10 +47,15 @@ def _seconds(job: dict) -> float:
     return (when(job["completionTime"]) - when(job["submissionTime"])).total_seconds()
 
 
-def jobs_since(spark, after: int) -> list[dict]:
+def ui_rest(spark, path: str):
+    """One endpoint of this application's monitoring REST API (``jobs``, ``stages?status=complete``, ``sql?...``)."""
     sc = spark.sparkContext
-    with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/jobs") as resp:
-        jobs = json.load(resp)
+    with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{path}", timeout=60) as resp:
+        return json.load(resp)
+
+
+def jobs_since(spark, after: int) -> list[dict]:
+    jobs = ui_rest(spark, "jobs")
     return sorted((j for j in jobs if j["jobId"] > after), key=lambda j: j["jobId"])
 
 
