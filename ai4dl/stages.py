@@ -224,6 +224,9 @@ def ingest(cfg: Config, lake: Any, input: str | None = None, fmt: str | None = N
 @stage("window")
 def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Output:
     """Bronze -> silver windows, scaled with statistics fitted on the training containers (or a model's)."""
+    from pyspark.sql import functions as F
+
+    from ai4dl.lake.tables import Tally
     from ai4dl.method.model import load
     from ai4dl.method.windowing import build_windows, fit_scaler, silver_properties, window_inputs
 
@@ -233,12 +236,18 @@ def window(cfg: Config, lake: Any, scaler_from_model: str | None = None) -> _Out
     raw = window_inputs(lake.read("bronze"))
     if scaler is None:
         scaler = fit_scaler(ContainerSplit.of(w).training(raw), w.features, w.max_gap_seconds)
-    silver = build_windows(raw, scaler, w.n_history, w.max_gap_seconds)
-    written = lake.overwrite("silver", silver, properties=silver_properties(scaler, w.n_history))
-    counts = {r["has_full_history"]: r["count"] for r in lake.read("silver").groupBy("has_full_history").count().collect()}
-    total = sum(counts.values())
-    print(f"silver: {total} windows ({counts.get(True, 0)} with full history, {counts.get(False, 0)} without)")
-    return _Output({"silver": total}, {"silver": written.version}, rows_in=lake.count("bronze"))
+    read = Tally(raw, rows=F.count(F.lit(1)))
+    silver = Tally(build_windows(read.frame, scaler, w.n_history, w.max_gap_seconds),
+                   windows=F.count(F.lit(1)), full=F.count_if(F.col("has_full_history")))
+    written = lake.overwrite("silver", silver.frame, properties=silver_properties(scaler, w.n_history))
+    taken, built = read.values(), silver.values()
+    if built is None:  # counted again only when the write did not report them
+        counts = {r["has_full_history"]: r["count"] for r in lake.read("silver").groupBy("has_full_history").count().collect()}
+        built = {"windows": sum(counts.values()), "full": counts.get(True, 0)}
+    total, full = int(built["windows"]), int(built["full"])
+    print(f"silver: {total} windows ({full} with full history, {total - full} without)")
+    rows_in = int(taken["rows"]) if taken is not None else lake.count("bronze")
+    return _Output({"silver": total}, {"silver": written.version}, rows_in=rows_in)
 
 
 def labelling_phase_names(cfg: Config, lake: Any) -> dict[int, str]:
@@ -339,7 +348,10 @@ def import_reference_model(cfg: Config, lake: Any, path: str, name: str = "refer
 @stage("label")
 def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     """Silver -> phases (replaced atomically), after checking the model fits the silver table."""
+    from pyspark.sql import functions as F
+
     from ai4dl.behaviour.naming import names_of
+    from ai4dl.lake.tables import Tally
     from ai4dl.method.labelling import check_compatible, label_windows, resolve_decoding
 
     phase_model, path = resolve_model(cfg, model)
@@ -350,20 +362,31 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     unit = "one nat of the phase classifier's -log p" if phase_model.classifier is not None else "the switch gap"
     print(f"label: decoding {decoding}" + (f", switch penalty {penalty:g} x {unit}" if penalty else "")
           + ("" if decoding == cfg.label.smoothing else " (the model's own; label.smoothing is not applied)"))
-    phases = label_windows(silver, phase_model, engine=cfg.label.engine, decoding=decoding, switch_penalty=penalty)
+    read = Tally(silver, rows=F.count(F.lit(1)))
+    phases = label_windows(read.frame, phase_model, engine=cfg.label.engine, decoding=decoding, switch_penalty=penalty)
+    # Per phase as the write goes: the model's phase ids and the unlabelled steps (no history yet).
+    per_phase = {f"p{p}": F.count_if(F.col("phase") == p) for p in phase_model.phase_ids}
+    labelled = Tally(phases, rows=F.count(F.lit(1)), none=F.count_if(F.col("phase").isNull()), **per_phase)
     properties = {"ai4dl.model_id": phase_model.model_id, "ai4dl.decoding": decoding,
                   "ai4dl.switch_penalty": "" if penalty is None else repr(float(penalty))}
-    written = lake.overwrite("phases", phases, properties=properties)
-    counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
-    total = sum(r["count"] for r in counts)
+    written = lake.overwrite("phases", labelled.frame, properties=properties)
+    taken, got = read.values(), labelled.values()
+    counts: list[tuple[Any, int]] = []
+    if got is not None:
+        counts = [(None, int(got["none"]))] if got["none"] else []
+        counts += [(p, int(got[f"p{p}"])) for p in phase_model.phase_ids if got[f"p{p}"]]
+    if got is None or sum(n for _, n in counts) != got["rows"]:  # not reported, or a phase outside the model's ids
+        counts = [(r["phase"], r["count"]) for r in lake.read("phases").groupBy("phase").count().orderBy("phase").collect()]
+    total = sum(n for _, n in counts)
     names = names_of(phase_model.info)
 
     def shown_phase(p: Any) -> str:
         return "none" if p is None else f"{p} ({names[p]})" if p in names else str(p)
 
-    shown = ", ".join(f"{shown_phase(r['phase'])}: {r['count']}" for r in counts)
+    shown = ", ".join(f"{shown_phase(p)}: {n}" for p, n in counts)
     print(f"phases: {total} steps labelled ({shown})")
-    return _Output({"phases": total}, {"phases": written.version}, details={"model": path}, rows_in=lake.count("silver"))
+    rows_in = int(taken["rows"]) if taken is not None else lake.count("silver")
+    return _Output({"phases": total}, {"phases": written.version}, details={"model": path}, rows_in=rows_in)
 
 
 # --------------------------------------------------------------------------------------------------- behaviour

@@ -129,6 +129,38 @@ def test_every_stage_ends_with_one_summary_line(spark, cfg, dlaas_sample, capsys
     assert result.summary().startswith("window: 204 rows in, 204 out, ")
 
 
+def test_window_and_label_report_what_they_wrote_without_reading_it_back(spark, cfg, dlaas_sample, reference_model, capsys):
+    """The counts are taken by the write itself (Tally); they must be the tables' own."""
+    from pyspark.sql import functions as F
+
+    imported = stages.import_reference_model(cfg, spark, path=str(reference_model))
+    stages.ingest(cfg, spark, input=str(dlaas_sample))
+    lake = Lake.for_config(spark, cfg)
+    capsys.readouterr()
+    windowed = stages.window(cfg, spark, scaler_from_model=imported.details["path"])
+    printed = capsys.readouterr().out
+    silver = lake.read("silver")
+    full = silver.where("has_full_history").count()
+    assert windowed.rows_in == lake.count("bronze") == 204 and windowed.written["silver"] == silver.count() == 204
+    assert f"silver: 204 windows ({full} with full history, {204 - full} without)" in printed
+    labelled = stages.label(cfg, spark, model=imported.details["path"])
+    printed = capsys.readouterr().out
+    counts = lake.read("phases").groupBy("phase").count().orderBy("phase").collect()
+    shown = ", ".join(f"{'none' if r['phase'] is None else r['phase']}" for r in counts)
+    assert labelled.rows_in == 204 and labelled.written["phases"] == sum(r["count"] for r in counts) == 204
+    line = next(ln for ln in printed.splitlines() if ln.startswith("phases: 204 steps labelled ("))
+    assert [part.split(":")[0].split(" ")[0] for part in line[len("phases: 204 steps labelled ("):-1].split(", ")] == shown.split(", ")
+    assert all(f": {r['count']}" in line for r in counts)
+
+    from ai4dl.lake.tables import Tally
+
+    never = Tally(spark.range(3), rows=F.count(F.lit(1)))
+    assert never.values() is None  # no action ran: no figures, and no waiting for them
+    once = Tally(spark.range(5), rows=F.count(F.lit(1)), odd=F.count_if(F.col("id") % 2 == 1))
+    once.frame.write.format("delta").save(str(Path(cfg.lake.root) / "tally"))
+    assert once.values() == {"rows": 5, "odd": 2}
+
+
 def test_demo_input_honours_its_format(spark, cfg, dlaas_sample, tmp_path):
     from ai4dl.traces.ingest import guess_format
 
