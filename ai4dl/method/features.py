@@ -4,7 +4,8 @@ Why: the raw metrics mostly measure a container's *size* (its limits span 1-16 c
 so k-means on them finds small and large containers, not behaviours; and a 4-step window of levels cannot see
 what tells behaviours apart over tens of steps: how much CPU varies, how fast memory moves up and down. These
 features are relative to the container's own limits (size drops out) and summarise the last 10-20 steps
-(floors, spreads and step changes, log-scaled because they are heavy-tailed). The default set
+(floors, spreads and step changes, log-scaled because they are heavy-tailed), the CPU floor and memory's
+movement also over the last 3 and 5 steps, which tell the phases apart better beside the long forms. The default set
 (:data:`ai4dl.lake.columns.BEHAVIOUR_FEATURES`) was chosen by an ablation on training containers of one
 generated fleet and confirmed on another's (``bench/feature_ablation.py``); the other definitions here are the
 candidates that ablation tried, kept so it can be rerun and a user can try them. Memory's movement is the
