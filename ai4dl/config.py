@@ -343,11 +343,12 @@ class PoliciesConfig(_Section):
     headroom_quantile: float = _key(0.9, lo=0, hi=1)
     # forecast / phase.forecast (ai4dl/policies/forecast.py): gradient-boosted trees forecast the coming
     # interval's peak, its median and its forecast_quantile, from the last intervals (and the phase); their knob,
-    # forecast_spread, places the allocation from the median (0) to the upper forecast (1) and beyond. They are
+    # forecast_miss_cost, is the price of a missed interval in shares of the limit: the allocation rises above
+    # the median forecast while the misses it avoids are worth more than it costs. They are
     # fitted on at most forecast_max_rows intervals of forecast_fit_share of the training containers and
     # calibrated on the other training containers.
     forecast_quantile: float = _key(0.9, lo=0.5, hi=1, lo_open=True)
-    forecast_spread: float = _key(1.0, lo=-10, hi=10)
+    forecast_miss_cost: float = _key(1.0, lo=0, hi=1000, lo_open=True)
     forecast_max_rows: int = _key(200_000, lo=100)
     forecast_fit_share: float = _key(0.5, lo=0, hi=1, lo_open=True)
     # The service level policies are compared at and the policy model is calibrated for: each policy's knob is

@@ -4,6 +4,8 @@ are what the stream can know before an interval."""
 from __future__ import annotations
 
 import json
+import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -46,17 +48,44 @@ def test_exported_trees_predict_what_scikit_learn_predicts():
     assert again.phases == (0, 1) and again.quantile == 0.9 and again.n_features == 15
 
 
-def test_quantile_forecasts_cover_about_their_quantiles_and_the_spread_moves_between_them():
+def test_quantile_forecasts_cover_about_their_quantiles():
     x, y = _rows(4000)
     fc = Forecaster.fit(x, y, 0.9)
     probe, truth = _rows(4000, seed=2)
     assert 0.85 <= float(np.mean(truth <= fc.upper.predict(probe))) <= 0.95
     assert 0.45 <= float(np.mean(truth <= fc.center.predict(probe))) <= 0.55
-    inputs = trace_inputs(np.array([1.0, 2, 3, 4, 5, 6]), np.full(6, 10.0), None, 2)
+
+
+def test_a_decision_is_where_a_miss_stops_paying_for_the_allocation_that_avoids_it():
+    inputs = trace_inputs(np.array([1.0, 2, 3, 4, 5, 6]), np.full(6, 10.0), None, 2)  # interval maxes 2, 4, 6
     one = Forecaster(0.9, Trees(0.1, (), 12), Trees(0.3, (), 12))  # constant forecasts: median 0.1, upper 0.3
     f = one.forecast(inputs)
-    assert np.isnan(f.decisions(1.0)[0]) and f.decisions(0.0)[1:].tolist() == pytest.approx([3.0, 5.0])
-    assert f.decisions(1.0)[1:].tolist() == pytest.approx([5.0, 7.0]) and f.decisions(-1.0)[1] == pytest.approx(1.0)
+    sigma = 0.2 / NormalDist().inv_cdf(0.9)
+    # too wide a forecast for the price: the median; no previous interval: no decision (the limit)
+    cheap = f.decisions(0.99 * sigma * math.sqrt(2 * math.pi))
+    assert np.isnan(cheap[0]) and cheap[1:].tolist() == pytest.approx([3.0, 5.0])
+    # at the price where the forecast's density at its upper quantile is 1 / price: the upper forecast
+    at_upper = sigma * math.sqrt(2 * math.pi) * math.exp(NormalDist().inv_cdf(0.9) ** 2 / 2)
+    assert f.decisions(at_upper)[1:].tolist() == pytest.approx([5.0, 7.0])
+    # any price: the allocation minimising allocation + price * P(miss) above the median, under the forecast
+    for price in (0.3, 0.5, 1.0, 3.0, 20.0):
+        jumps = np.linspace(0.1, 1.5, 140_001)
+        cost = jumps + price * (1 - _normal_cdf((jumps - 0.1) / sigma))
+        best = jumps[np.argmin(cost)]
+        assert f.decisions(price)[1] == pytest.approx(2.0 + best * 10, abs=1e-4)
+    prices = np.geomspace(0.01, 100, 30)
+    assert np.all(np.diff([f.decisions(p)[1] for p in prices]) >= 0)  # a dearer miss never allocates less
+    crossed = Forecaster(0.9, Trees(0.2, (), 12), Trees(0.1, (), 12)).forecast(inputs)  # upper below the median
+    assert np.all(np.isfinite(crossed.decisions(5.0)[1:])) and crossed.decisions(5.0)[1] == pytest.approx(4.0, abs=0.01)
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ModelError, match="miss cost"):
+            f.decisions(bad)
+
+
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    from scipy.special import ndtr
+
+    return ndtr(z)
 
 
 def test_bad_stored_forecasters_are_one_error():

@@ -14,11 +14,21 @@ relates to everything known before it, and allocates at a high quantile of that:
 
 The target is the *jump* of the peak, ``(max_i - max_{i-1}) / limit``, learned by scikit-learn's
 ``HistGradientBoostingRegressor`` with the quantile loss twice, at the median and at ``forecast_quantile``, on a
-bounded sample of training intervals (trees learn a correction to persistence better than a level). The
-decision for interval ``i`` is ``max_{i-1} + (median + s * (upper - median)) * limit``: ``s``,
-``forecast_spread``, is the family's knob, calibrated on training containers the trees were not fitted on
-(:class:`~ai4dl.policies.model.PolicyEstimator`); the margin it buys is as wide as the forecast is uncertain
-where the container is, which is where knowing the phase can pay. No previous interval: no decision (the limit).
+bounded sample of training intervals (trees learn a correction to persistence better than a level). The two
+forecasts are read as a normal distribution of the jump, median ``m`` and ``sigma = (upper - m) / z_q``
+(``z_q`` the standard normal's ``forecast_quantile``).
+
+**Where to allocate.** A service level is a share of *all* the fleet's steps, so the cheapest allocation that
+reaches it does not cover every interval to the same quantile: it covers an interval while another unit of
+allocation there still buys more met steps than it would elsewhere. With ``lambda``, ``forecast_miss_cost``,
+the price of a missed interval in shares of the limit, the allocation minimising ``a + lambda * P(miss)`` is
+where the forecast's density falls to ``1 / lambda``: ``m + sigma * sqrt(2 ln(lambda / (sigma sqrt(2 pi))))``,
+and the median where the forecast is too wide for any margin to pay (``sigma sqrt(2 pi) >= lambda``). A sure
+forecast is covered near its top, an uncertain one is not chased: the misses a level allows go where covering
+them costs most. (The earlier rule, ``m + s * (upper - m)``, covered every interval to the same quantile, and
+on the development fleets saved 0.8-1.2 points of the static allocation less at CPU 99 % of steps met.)
+``lambda`` is the family's knob, calibrated on training containers the trees were not fitted on
+(:class:`~ai4dl.policies.model.PolicyEstimator`). No previous interval: no decision (the limit).
 
 Fitted trees are exported to plain arrays (:class:`Forecaster`, what the policy model's JSON stores; no pickle)
 and evaluated here with numpy (tested equal to scikit-learn's own prediction), so the replay in Spark's Python
@@ -32,6 +42,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -43,6 +54,9 @@ FORECASTS: tuple[str, ...] = ("forecast", "phase.forecast")
 HISTORY = 3  # intervals of history a forecast reads
 SUMMARY = ("max", "mean", "std", "last")  # per interval, what is kept of it
 MIN_TRAINING_INTERVALS = 20  # fewer intervals with a known jump: no forecaster (its family allocates the limit)
+# the narrowest forecast, as a share of the limit: where the trees' upper forecast is not above their median
+# (quantile trees may cross), the allocation sits just above the median instead of dividing by zero
+MIN_SIGMA = 1e-4
 _TREE_FIELDS = ("feature", "threshold", "missing_left", "left", "right", "leaf", "value")
 
 
@@ -254,24 +268,31 @@ class Trees:
 
 @dataclass(frozen=True)
 class Forecast:
-    """A forecast per interval: the previous max, the median and upper forecast jumps, the known limit."""
+    """A forecast per interval: the previous max, the median and upper forecast jumps (the upper one at
+    ``quantile``), the known limit."""
 
     prev_max: np.ndarray
     center: np.ndarray
     upper: np.ndarray
     limits: np.ndarray
+    quantile: float
 
-    def decisions(self, spread: float) -> np.ndarray:
-        """``prev_max + (center + spread * (upper - center)) * limit``, NaN without a previous max (the limit):
-        the same operations in the replay's grid and in the stream."""
-        return self.prev_max + (self.center + float(spread) * (self.upper - self.center)) * self.limits
+    def decisions(self, miss_cost: float) -> np.ndarray:
+        """``prev_max + (center + sigma * z) * limit`` with ``z = sqrt(2 ln(miss_cost / (sigma sqrt(2 pi))))``,
+        0 where that is not positive (the module's docstring says why); NaN without a previous max (the limit).
+        The same operations in the replay's grid and in the stream."""
+        if not miss_cost > 0:
+            raise ModelError(f"forecast: the miss cost must be positive, got {miss_cost}")
+        sigma = np.maximum((self.upper - self.center) / NormalDist().inv_cdf(self.quantile), MIN_SIGMA)
+        with np.errstate(invalid="ignore"):  # NaN forecasts stay NaN
+            z = np.sqrt(np.maximum(0.0, 2.0 * np.log(float(miss_cost) / (sigma * math.sqrt(2.0 * math.pi)))))
+        return self.prev_max + (self.center + z * sigma) * self.limits
 
 
 @dataclass(frozen=True, eq=False)
 class Forecaster:
     """Two quantile forecasts of the coming peak's jump from the same inputs: the median (``center``) and the
-    ``quantile`` (``upper``); a decision sits ``forecast_spread`` of the way from one to the other (beyond it
-    above 1, below the median under 0), so its margin is as wide as the situation is uncertain.
+    ``quantile`` (``upper``), which :meth:`Forecast.decisions` reads as a normal distribution.
     ``phases``: the phases it has an indicator for (empty: no phase inputs)."""
 
     quantile: float
@@ -300,7 +321,7 @@ class Forecaster:
         at = ~np.isnan(inputs.prev_max)
         if at.any():
             center[at], upper[at] = self.center.predict(inputs.x[at]), self.upper.predict(inputs.x[at])
-        return Forecast(inputs.prev_max, center, upper, inputs.limits)
+        return Forecast(inputs.prev_max, center, upper, inputs.limits, self.quantile)
 
     def as_dict(self) -> dict[str, Any]:
         return {"quantile": self.quantile, "phases": list(self.phases), "rows": self.rows,
@@ -327,12 +348,12 @@ def forecast_of(forecaster: Forecaster | None, usage: np.ndarray, lim: np.ndarra
 
 
 def forecast_decisions(forecaster: Forecaster | None, usage: np.ndarray, lim: np.ndarray, phases: np.ndarray | None,
-                       length: int, spread: float) -> np.ndarray:
+                       length: int, miss_cost: float) -> np.ndarray:
     """A forecast family's decision per interval of one resource's trace (NaN everywhere without a forecaster:
     the limit)."""
     fc = forecast_of(forecaster, usage, lim, phases, length)
-    return np.full(-(-len(usage) // length), math.nan) if fc is None else fc.decisions(spread)
+    return np.full(-(-len(usage) // length), math.nan) if fc is None else fc.decisions(miss_cost)
 
 
-__all__ = ["FORECASTS", "HISTORY", "MIN_TRAINING_INTERVALS", "SUMMARY", "Forecast", "Forecaster", "TraceInputs", "Trees", "design", "feature_names",
+__all__ = ["FORECASTS", "HISTORY", "MIN_SIGMA", "MIN_TRAINING_INTERVALS", "SUMMARY", "Forecast", "Forecaster", "TraceInputs", "Trees", "design", "feature_names",
            "forecast_decisions", "forecast_of", "history_of", "interval_stats", "phase_runs", "trace_inputs"]

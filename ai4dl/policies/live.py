@@ -195,7 +195,7 @@ class LivePolicies:
                 hist[0, k, :] = summary
             run = one(self.run if self.phase == self.phase else math.nan)
             inputs = TraceInputs(design(hist, limit, phase, run, fc.phases), hist[:, 0, 0], limit, one(math.nan))
-            return float(fc.forecast(inputs).decisions(float(params.forecast_spread))[0])
+            return float(fc.forecast(inputs).decisions(float(params.forecast_miss_cost))[0])
         if policy == "phase.headroom":
             return float(headroom_decisions(one(state.prev[0]), phase, limit, params, d.phase_stats, resource)[0])
         successors = d.successors if policy == "phase.proactive" else None

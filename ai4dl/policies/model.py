@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ai4dl.method.split import ContainerSplit
 
-FORMAT = "ai4dl-policy-model/1"
+FORMAT = "ai4dl-policy-model/2"  # 2: the forecasters' knob is a miss cost (was a spread)
 POLICY_FILE = "policy.json"
 # choose_knob's columns a model keeps of each (policy, resource) on the training containers.
 _TRAINING_COLUMNS = ("policy", "resource", "knob", "reached", "containers", "hours", "steps", "fulfilment",

@@ -198,7 +198,7 @@ def interval_decisions(
         return np.full(n_int, np.nan)
     if policy in FORECASTS:
         fc = (forecasters or {}).get(policy, {}).get(resource)
-        return forecast_decisions(fc, usage, lim, phases, length, float(params.forecast_spread))
+        return forecast_decisions(fc, usage, lim, phases, length, float(params.forecast_miss_cost))
     if policy in ORACLES:
         return reactive_decisions(policy, params, *summarised())
     if policy in ("prev.step.max", "prev.step.rules"):

@@ -33,10 +33,10 @@ cores, ``mem`` in bytes) from what it has seen *before* the interval, and holds 
     :data:`HEADROOM_LEVELS` (``{"cpu_headroom": [...], "mem_headroom": [...]}``) and read by linear
     interpolation. No phase, no previous usage, or a phase without a table: the limit.
 ``forecast`` / ``phase.forecast``
-    the previous interval's max plus a learned forecast of the coming jump, ``forecast_spread`` (the knob) of the
-    way from its median to its ``forecast_quantile``, times the known limit; the forecaster reads the last
-    intervals' summaries (and, for ``phase.forecast``, the phase and how long it has lasted):
-    :mod:`ai4dl.policies.forecast`.
+    the previous interval's max plus a learned forecast of the coming jump, times the known limit: the median
+    forecast, raised where the forecast is sure enough that covering it pays at ``forecast_miss_cost`` (the
+    knob, the price of a missed interval in shares of the limit); the forecaster reads the last intervals'
+    summaries (and, for ``phase.forecast``, the phase and how long it has lasted): :mod:`ai4dl.policies.forecast`.
 ``vpa`` (the Kubernetes VPA recommender, v1.8.1)
     the target of the real recommender (:class:`ai4dl.policies.vpa.VpaRecommender`) fed, in step order, every
     known sample before the interval, at ``vpa_percentile`` (the knob), with VPA's own margin
@@ -83,10 +83,10 @@ from ai4dl.config import PoliciesConfig
 from ai4dl.policies.vpa import VpaParams
 
 _MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
-# where between the median forecast (0) and the upper quantile forecast (1) a forecaster allocates: below the
-# median for a lenient level, beyond the upper forecast for a strict one
-_FORECAST_SPREADS = (-1.0, -0.75, -0.5, -0.375, -0.25, -0.125, 0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0,
-                     1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 6.0)
+# the price of a missed interval, in shares of the limit, at which a forecaster stops raising its allocation:
+# 0.005 to 100 in steps of a quarter (a forecaster's trees give few distinct widths, so the fleet's steps met
+# move in jumps between neighbouring prices; a coarser grid overshoots the level)
+_FORECAST_MISS_COSTS = tuple(round(0.005 * 1.25 ** i, 6) for i in range(45))
 # policy -> (the PoliciesConfig field that is its one knob, the default calibration grid, cheapest first). The
 # oracles and static have no knob: they are the bounds a calibrated policy is compared with.
 KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
@@ -95,8 +95,8 @@ KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
     "phase.rule": ("margin", _MARGINS),
     "phase.proactive": ("margin", _MARGINS),
     "phase.headroom": ("headroom_quantile", (0.5, 0.6, 0.7, 0.8, 0.825, 0.85, 0.875, 0.9, 0.925, 0.95, 0.975, 0.99, 1.0)),
-    "forecast": ("forecast_spread", _FORECAST_SPREADS),
-    "phase.forecast": ("forecast_spread", _FORECAST_SPREADS),
+    "forecast": ("forecast_miss_cost", _FORECAST_MISS_COSTS),
+    "phase.forecast": ("forecast_miss_cost", _FORECAST_MISS_COSTS),
     "vpa": ("vpa_percentile", (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.925, 0.95, 0.975, 0.99)),
 }
 

@@ -15,7 +15,8 @@ path, res, level, variant = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.ar
 df = pd.read_parquet(path)
 ucol, lcol = {"cpu": ("cpu.usage.cores", "cpu.num.cores"), "mem": ("mem.current", "mem.limit")}[res]
 L = 10
-GRID = np.array([-1, -0.75, -0.5, -0.375, -0.25, -0.125, 0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 4, 6])
+from ai4dl.policies.rules import KNOBS  # noqa: E402
+GRID = np.array(KNOBS["forecast"][1])  # the forecasters' miss costs
 pods = sorted(df["pod.id"].unique()); rng = np.random.default_rng(0); rng.shuffle(pods)
 n = len(pods); fitp, calp, testp = pods[: n//3], pods[n//3: 2*n//3], pods[2*n//3:]
 traces = {p: (g[ucol].to_numpy(float), g[lcol].to_numpy(float)) for p, g in df.groupby("pod.id")}
