@@ -25,8 +25,9 @@ the price of a missed interval in shares of the limit, the allocation minimising
 where the forecast's density falls to ``1 / lambda``: ``m + sigma * sqrt(2 ln(lambda / (sigma sqrt(2 pi))))``,
 and the median where the forecast is too wide for any margin to pay (``sigma sqrt(2 pi) >= lambda``). A sure
 forecast is covered near its top, an uncertain one is not chased: the misses a level allows go where covering
-them costs most. (The earlier rule, ``m + s * (upper - m)``, covered every interval to the same quantile, and
-on the development fleets saved 0.8-1.2 points of the static allocation less at CPU 99 % of steps met.)
+them costs most. (The earlier rule, ``m + s * (upper - m)``, covered every interval to the same quantile: on
+three of four development fleets it saved 0.9-1.3 points of the static allocation less at CPU 99 % of steps
+met, and about the same elsewhere; bench/README.md, "the forecasters' miss cost".)
 ``lambda`` is the family's knob, calibrated on training containers the trees were not fitted on
 (:class:`~ai4dl.policies.model.PolicyEstimator`). No previous interval: no decision (the limit).
 
