@@ -347,8 +347,8 @@ class PoliciesConfig(_Section):
     # the median forecast while the misses it avoids are worth more than it costs. They are
     # fitted on at most forecast_max_rows intervals of forecast_fit_share of the training containers and
     # calibrated on the other training containers.
-    forecast_quantile: float = _key(0.9, lo=0.5, hi=1, lo_open=True)
-    forecast_miss_cost: float = _key(1.0, lo=0, hi=1000, lo_open=True)
+    forecast_quantile: float = _key(0.9, lo=0.5, hi=0.999, lo_open=True)  # < 1: the upper forecast sets a width
+    forecast_miss_cost: float = _key(1.0, lo=0, hi=1e9, lo_open=True)
     forecast_max_rows: int = _key(200_000, lo=100)
     forecast_fit_share: float = _key(0.5, lo=0, hi=1, lo_open=True)
     # The service level policies are compared at and the policy model is calibrated for: each policy's knob is

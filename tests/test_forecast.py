@@ -10,9 +10,11 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from ai4dl.errors import ModelError
+from ai4dl.config import load_config
+from ai4dl.errors import ConfigError, ModelError
 from ai4dl.policies.forecast import (
     HISTORY,
+    Forecast,
     Forecaster,
     Trees,
     design,
@@ -58,38 +60,57 @@ def test_quantile_forecasts_cover_about_their_quantiles():
 
 def test_a_decision_is_where_a_miss_stops_paying_for_the_allocation_that_avoids_it():
     inputs = trace_inputs(np.array([1.0, 2, 3, 4, 5, 6]), np.full(6, 10.0), None, 2)  # interval maxes 2, 4, 6
-    one = Forecaster(0.9, Trees(0.1, (), 12), Trees(0.3, (), 12))  # constant forecasts: median 0.1, upper 0.3
-    f = one.forecast(inputs)
-    sigma = 0.2 / NormalDist().inv_cdf(0.9)
-    # too wide a forecast for the price: the median; no previous interval: no decision (the limit)
-    cheap = f.decisions(0.99 * sigma * math.sqrt(2 * math.pi))
-    assert np.isnan(cheap[0]) and cheap[1:].tolist() == pytest.approx([3.0, 5.0])
-    # at the price where the forecast's density at its upper quantile is 1 / price: the upper forecast
-    at_upper = sigma * math.sqrt(2 * math.pi) * math.exp(NormalDist().inv_cdf(0.9) ** 2 / 2)
-    assert f.decisions(at_upper)[1:].tolist() == pytest.approx([5.0, 7.0])
-    # any price: the allocation minimising allocation + price * P(miss) above the median, under the forecast
-    for price in (0.3, 0.5, 1.0, 3.0, 20.0):
-        jumps = np.linspace(0.1, 1.5, 140_001)
-        cost = jumps + price * (1 - _normal_cdf((jumps - 0.1) / sigma))
-        best = jumps[np.argmin(cost)]
-        assert f.decisions(price)[1] == pytest.approx(2.0 + best * 10, abs=1e-4)
-    prices = np.geomspace(0.01, 100, 30)
-    assert np.all(np.diff([f.decisions(p)[1] for p in prices]) >= 0)  # a dearer miss never allocates less
-    crossed = Forecaster(0.9, Trees(0.2, (), 12), Trees(0.1, (), 12)).forecast(inputs)  # upper below the median
-    assert np.all(np.isfinite(crossed.decisions(5.0)[1:])) and crossed.decisions(5.0)[1] == pytest.approx(4.0, abs=0.01)
-    for bad in (0.0, -1.0, math.nan):
+    for quantile in (0.9, 0.75):
+        one = Forecaster(quantile, Trees(0.1, (), 12), Trees(0.3, (), 12))  # constant forecasts: median 0.1, upper 0.3
+        f = one.forecast(inputs)
+        z_upper = NormalDist().inv_cdf(quantile)
+        sigma = 0.2 / z_upper
+        # too wide a forecast for the price: the median; no previous interval: no decision (the limit)
+        cheap = f.decisions(0.99 * sigma * math.sqrt(2 * math.pi))
+        assert np.isnan(cheap[0]) and cheap[1:].tolist() == pytest.approx([3.0, 5.0])
+        # at the price where the forecast's density at its upper quantile is 1 / price: the upper forecast
+        at_upper = sigma * math.sqrt(2 * math.pi) * math.exp(z_upper ** 2 / 2)
+        assert f.decisions(at_upper)[1:].tolist() == pytest.approx([5.0, 7.0])
+        # any price: of the allocations at or above the median, the one minimising allocation + price * P(miss)
+        # under the normal the two forecasts describe (a brute-force search over a wide range of jumps)
+        normal = NormalDist(0.1, sigma)
+        jumps = np.linspace(0.1, 3.0, 29_001)
+        for price in (0.3, 0.5, 1.0, 3.0, 20.0, 1e4):
+            cost = jumps + price * (1 - np.array([normal.cdf(j) for j in jumps]))
+            assert f.decisions(price)[1] == pytest.approx(2.0 + jumps[np.argmin(cost)] * 10, abs=2e-3)
+        prices = np.geomspace(0.01, 100, 30)
+        assert np.all(np.diff([f.decisions(p)[1] for p in prices]) >= 0)  # a dearer miss never allocates less
+    # at one price, a wider forecast gets no more margin once it is past the width where margins stop paying
+    base = trace_inputs(np.array([1.0, 2, 3, 4]), np.full(4, 10.0), None, 2)
+    margins = [Forecaster(0.9, Trees(0.0, (), 12), Trees(w, (), 12)).forecast(base).decisions(1.0)[1] - 2.0
+               for w in (0.05, 0.2, 0.4, 0.8, 1.6)]
+    assert margins[-1] == margins[-2] == 0.0 and max(margins) > 0
+    # upper below the median (quantile trees may cross): taken as sure, just above the median
+    crossed = Forecaster(0.9, Trees(0.2, (), 12), Trees(0.1, (), 12)).forecast(inputs).decisions(5.0)
+    assert 4.0 <= crossed[1] <= 4.0 + 0.01
+    # a forecast the trees could not make (NaN) is no decision: the limit, whatever the price
+    nan_fc = Forecast(np.array([2.0]), np.array([math.nan]), np.array([0.3]), np.array([10.0]), 0.9)
+    assert np.isnan(nan_fc.decisions(1.0)[0])
+    for bad in (0.0, -1.0, math.nan, math.inf):
         with pytest.raises(ModelError, match="miss cost"):
-            f.decisions(bad)
+            one.forecast(inputs).decisions(bad)
 
 
-def _normal_cdf(z: np.ndarray) -> np.ndarray:
-    from scipy.special import ndtr
-
-    return ndtr(z)
+def test_a_forecaster_needs_an_upper_quantile_that_gives_its_forecasts_a_width():
+    x, y = _rows(500)
+    for quantile in (0.5, 1.0):
+        with pytest.raises(ModelError, match="above 0.5 and below 1"):
+            Forecaster.fit(x, y, quantile)
+    stored = Forecaster.fit(x, y, 0.9).as_dict()
+    stored["quantile"] = 1.0
+    with pytest.raises(ModelError, match="above 0.5 and below 1"):
+        Forecaster.from_dict(stored)
+    with pytest.raises(ConfigError):
+        load_config(None, ["policies.forecast_quantile=1.0"])
 
 
 def test_bad_stored_forecasters_are_one_error():
-    fc = Forecaster.fit(*_rows(500), 0.5)
+    fc = Forecaster.fit(*_rows(500), 0.9)
     data = fc.as_dict()
     data["upper"]["trees"][0]["left"][0] = 10_000
     with pytest.raises(ModelError, match="malformed"):

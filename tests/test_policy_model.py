@@ -109,6 +109,10 @@ def test_a_tampered_or_foreign_model_is_refused_naming_the_file(fitted, tmp_path
     (d / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelError, match="manifest.json: format 'ai4dl-phase-model/1'"):
         M.load(d)
+    manifest["format"] = "ai4dl-policy-model/1"  # a model an earlier ai4dl saved: refitted, not reinterpreted
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match=r"format 'ai4dl-policy-model/1'.*earlier ai4dl .*refit it with `ai4dl policies`"):
+        M.load(d)
     with pytest.raises(ModelError, match="no policy model versions under .*; run `ai4dl policies` first"):
         M.latest_version(tmp_path / "none", "policies")
     with pytest.raises(ModelError) as err:

@@ -84,9 +84,11 @@ from ai4dl.policies.vpa import VpaParams
 
 _MARGINS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0)
 # the price of a missed interval, in shares of the limit, at which a forecaster stops raising its allocation:
-# 0.005 to 100 in steps of a quarter (a forecaster's trees give few distinct widths, so the fleet's steps met
-# move in jumps between neighbouring prices; a coarser grid overshoots the level)
-_FORECAST_MISS_COSTS = tuple(round(0.005 * 1.25 ** i, 6) for i in range(45))
+# 0.005 to 92 in steps of a quarter (a forecaster's trees give few distinct widths, so the fleet's steps met
+# move in jumps between neighbouring prices; a coarser grid overshoots the level), then a few prices up to 1e8
+# for strict levels such as an OOM budget (the margin grows only as sqrt(ln price): 6.7 sigma at 1e8 for a
+# forecast 1 % of the limit wide)
+_FORECAST_MISS_COSTS = tuple(round(0.005 * 1.25 ** i, 6) for i in range(45)) + (300.0, 1e3, 1e4, 1e5, 1e6, 1e8)
 # policy -> (the PoliciesConfig field that is its one knob, the default calibration grid, cheapest first). The
 # oracles and static have no knob: they are the bounds a calibrated policy is compared with.
 KNOBS: dict[str, tuple[str, tuple[float, ...]]] = {
