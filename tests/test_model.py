@@ -181,3 +181,12 @@ def test_the_classifier_learns_the_phases_it_is_given_and_the_decoders_read_it()
     assert phase.tolist() == np.argmin(step_costs(model.centers, model.classifier, acts)[1], axis=1).tolist()
     with pytest.raises(ValueError, match="labels outside"):
         fit_classifier(h[:10], np.full(10, 3), 3)
+
+
+def test_the_classifier_can_be_taught_each_steps_offline_phase_a_few_steps_early():
+    from ai4dl.method.training import led
+
+    phases = np.array([0, 0, 0, 1, 1, 2])
+    assert led(phases, 2).tolist() == [0, 1, 1, 2, 2, 2]  # every change two steps earlier, the end held
+    assert led(phases, 0).tolist() == phases.tolist() and led(phases, 99).tolist() == [2] * 6
+    assert led(np.array([], dtype=int), 3).tolist() == []

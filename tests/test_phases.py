@@ -113,6 +113,10 @@ def test_training_is_deterministic_under_a_seed(spark, fleet):
     params = model.info["params"]
     older = {**params, "train": {k: v for k, v in params["train"].items() if not k.startswith("classifier_")}}
     assert PhaseEstimator.from_model(model.with_info(params=older)).train.classifier_units == 0
+    # ...and one trained before the classifier's lead learnt the offline phases of the same step: lead 0
+    unled = {**params, "train": {k: v for k, v in params["train"].items() if k != "classifier_lead"}}
+    assert PhaseEstimator.from_model(model.with_info(params=unled)).train.classifier_lead == 0
+    assert model.info["classifier"]["target_lead"] == params["train"]["classifier_lead"]
 
 
 def test_refinement_splits_one_phase_and_keeps_the_others(spark, fleet):

@@ -76,8 +76,9 @@ class PhaseEstimator:
             raise ModelError("this model records no training parameters (imported or trained by an older ai4dl)")
         from ai4dl.config import from_dict
 
-        # a model trained before the phase classifier existed had none: retrained as it was, it has none either
-        train = from_dict({"train": {"classifier_units": 0, **params["train"]}}).train
+        # a model trained before the phase classifier existed had none, one trained before its lead learnt the
+        # offline phases of the same step: retrained as it was, it is the same again
+        train = from_dict({"train": {"classifier_units": 0, "classifier_lead": 0, **params["train"]}}).train
         return cls(train, ContainerSplit(**params["split"]))
 
     def fit(self, silver: DataFrame, scaler: Scaler, n_history: int, log: Callable[[str], Any] | None = print) -> PhaseModel:
@@ -183,12 +184,20 @@ def distill_classifier(windows: DataFrame, weights: Any, centers: np.ndarray, ga
     pods = pdf[POD_ID].to_numpy()
     cuts = np.flatnonzero(pods[1:] != pods[:-1]) + 1
     bounds = [0, *cuts.tolist(), len(pods)]
-    targets = np.concatenate([viterbi(d2[a:b], penalty) for a, b in zip(bounds[:-1], bounds[1:])])
+    targets = np.concatenate([led(viterbi(d2[a:b], penalty), t.classifier_lead) for a, b in zip(bounds[:-1], bounds[1:])])
     classifier = fit_classifier(h, targets, len(centers), t.classifier_units, t.classifier_epochs, t.seed)
     agreement = float(np.mean(np.argmin(classifier.costs(h), axis=1) == targets))
     return classifier, {"units": t.classifier_units, "epochs": t.classifier_epochs, "containers": len(chosen),
-                        "steps": len(targets), "targets": "viterbi", "target_penalty": penalty,
+                        "steps": len(targets), "targets": "viterbi", "target_penalty": penalty, "target_lead": t.classifier_lead,
                         "agreement": round(agreement, 4), "seconds": round(time.time() - t0, 2)}
+
+
+def led(phases: np.ndarray, lead: int) -> np.ndarray:
+    """One container's phases moved ``lead`` steps earlier: step ``t`` gets the phase of step ``t + lead``, the
+    last steps the last phase."""
+    if lead <= 0 or not len(phases):
+        return phases
+    return np.concatenate([phases[lead:], np.repeat(phases[-1:], min(lead, len(phases)))])
 
 
 def describe_sampled_phases(scaler: Scaler, weights: Any, centers: np.ndarray, x: np.ndarray,
