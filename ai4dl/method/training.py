@@ -184,11 +184,13 @@ def distill_classifier(windows: DataFrame, weights: Any, centers: np.ndarray, ga
     pods = pdf[POD_ID].to_numpy()
     cuts = np.flatnonzero(pods[1:] != pods[:-1]) + 1
     bounds = [0, *cuts.tolist(), len(pods)]
-    targets = np.concatenate([led(viterbi(d2[a:b], penalty), t.classifier_lead) for a, b in zip(bounds[:-1], bounds[1:])])
+    targets = np.concatenate([led(viterbi(d2[a:b], penalty), t.classifier_lead)
+                              for a, b in zip(bounds[:-1], bounds[1:])])
     classifier = fit_classifier(h, targets, len(centers), t.classifier_units, t.classifier_epochs, t.seed)
     agreement = float(np.mean(np.argmin(classifier.costs(h), axis=1) == targets))
     return classifier, {"units": t.classifier_units, "epochs": t.classifier_epochs, "containers": len(chosen),
-                        "steps": len(targets), "targets": "viterbi", "target_penalty": penalty, "target_lead": t.classifier_lead,
+                        "steps": len(targets), "targets": "viterbi", "target_penalty": penalty,
+                        "target_lead": t.classifier_lead,
                         "agreement": round(agreement, 4), "seconds": round(time.time() - t0, 2)}
 
 

@@ -27,10 +27,10 @@ the price of a missed interval in shares of the limit, the allocation at or abov
 margin to pay (``sigma sqrt(2 pi) >= lambda``). A sure forecast is covered near its top, an uncertain one is
 not chased: the misses a level allows go where covering them costs least per miss avoided. It is a rule of
 thumb, not the fleet's exact optimum: prices are in shares of each container's own limit, an interval counts
-as one miss however many of its steps are missed, and the normal is only an assumption about the forecasts. (The earlier rule, ``m + s * (upper - m)``, covered every interval to the same quantile: on
-three of four development fleets it saved 0.9-1.3 points of the static allocation less at CPU 99 % of steps
-met, and from 0.7 points more to 2.1 less at CPU 95 % and memory 95 %; bench/README.md, "the forecasters' miss
-cost".)
+as one miss however many of its steps are missed, and the normal is only an assumption about the forecasts.
+(The earlier rule, ``m + s * (upper - m)``, covered every interval to the same quantile: on three of four
+development fleets it saved 0.9-1.3 points of the static allocation less at CPU 99 % of steps met, and from
+0.7 points more to 2.1 less at CPU 95 % and memory 95 %; bench/README.md, "the forecasters' miss cost".)
 ``lambda`` is the family's knob, calibrated on training containers the trees were not fitted on
 (:class:`~ai4dl.policies.model.PolicyEstimator`). No previous interval: no decision (the limit).
 
