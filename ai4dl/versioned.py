@@ -17,7 +17,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ai4dl.errors import ModelError
 
@@ -53,9 +53,11 @@ def write(target: str | Path, write_files: Callable[[Path], list[str]], manifest
     return target
 
 
-def read_json(path: Path, missing: str = "missing", fmt: str | None = None) -> Any:
+def read_json(path: Path, missing: str = "missing", fmt: str | None = None,
+              retired: Mapping[str, str] | None = None) -> Any:
     """A model file's JSON (with ``fmt``: a mapping whose ``format`` is ``fmt``); a missing or unreadable file,
-    or another format, is one :class:`~ai4dl.errors.ModelError` line naming it."""
+    or another format, is one :class:`~ai4dl.errors.ModelError` line naming it (``retired``: formats this version
+    no longer reads, each with what to do about it, added to that line)."""
     if not path.is_file():
         raise ModelError(f"{path}: {missing}")
     try:
@@ -64,18 +66,20 @@ def read_json(path: Path, missing: str = "missing", fmt: str | None = None) -> A
         raise ModelError(f"{path}: not valid JSON ({exc})") from None
     if fmt is not None and (not isinstance(data, dict) or data.get("format") != fmt):
         found = data.get("format") if isinstance(data, dict) else None
-        raise ModelError(f"{path}: format {found!r}, expected {fmt!r}")
+        hint = (retired or {}).get(found) if isinstance(found, str) else None
+        raise ModelError(f"{path}: format {found!r}, expected {fmt!r}" + (f"; {hint}" if hint else ""))
     return data
 
 
-def read_manifest(directory: str | Path, fmt: str, required: tuple[str, ...]) -> dict[str, Any]:
-    """The manifest of a model directory of format ``fmt``, after checking that it lists every ``required``
-    file and that every file it lists is there with its checksum."""
+def read_manifest(directory: str | Path, fmt: str, required: tuple[str, ...],
+                  retired: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The manifest of a model directory of format ``fmt`` (``retired``: as :func:`read_json`), after checking
+    that it lists every ``required`` file and that every file it lists is there with its checksum."""
     d = Path(directory)
     if not d.is_dir():
         raise ModelError(f"model directory {d} does not exist")
     path = d / MANIFEST
-    manifest = read_json(path, "missing; not a model directory", fmt)
+    manifest = read_json(path, "missing; not a model directory", fmt, retired)
     files = manifest.get("files")
     if not isinstance(files, dict):
         raise ModelError(f"{path}: lists no files")

@@ -49,6 +49,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ai4dl.method.split import ContainerSplit
 
 FORMAT = "ai4dl-policy-model/2"  # 2: the forecasters' knob is a miss cost (was a spread)
+# formats this version reads no more: a model saved in one is refitted, not reinterpreted
+RETIRED_FORMATS = {"ai4dl-policy-model/1": "saved by an earlier ai4dl (its forecasters' knob was a spread, not a "
+                                           "miss cost): refit it with `ai4dl policies`"}
 POLICY_FILE = "policy.json"
 # choose_knob's columns a model keeps of each (policy, resource) on the training containers.
 _TRAINING_COLUMNS = ("policy", "resource", "knob", "reached", "containers", "hours", "steps", "fulfilment",
@@ -203,31 +206,12 @@ def load(directory: str | Path) -> PolicyModel:
     """Read and verify a policy model directory; every problem is one :class:`~ai4dl.errors.ModelError` line
     naming the file."""
     d = Path(directory)
-    try:
-        manifest = versioned.read_manifest(d, FORMAT, (POLICY_FILE,))
-    except ModelError as exc:
-        older = _older_format(d)
-        raise ModelError(f"{exc}; {older}" if older else str(exc)) from None
+    manifest = versioned.read_manifest(d, FORMAT, (POLICY_FILE,), RETIRED_FORMATS)
     path = d / POLICY_FILE
     model = PolicyModel.from_dict(versioned.read_json(path), str(path))
     if manifest.get("model_id") != model.model_id:
         raise ModelError(f"{d / versioned.MANIFEST}: model_id does not match the stored numbers")
     return dataclasses.replace(model, info=dict(manifest.get("info") or {}))
-
-
-# formats this version reads no more, and why: a model saved in one is refitted, not reinterpreted
-_OLDER_FORMATS = {"ai4dl-policy-model/1": "its forecasters' knob was a spread, not a miss cost"}
-
-
-def _older_format(d: Path) -> str | None:
-    """What to do with a model directory of an older format (None: not one)."""
-    try:
-        found = json.loads((d / versioned.MANIFEST).read_text()).get("format")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if found not in _OLDER_FORMATS:
-        return None
-    return f"saved by an earlier ai4dl ({_OLDER_FORMATS[found]}): refit it with `ai4dl policies`"
 
 
 def save_version(model: PolicyModel, root: str | Path, name: str) -> Path:
