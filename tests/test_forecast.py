@@ -75,8 +75,9 @@ def test_a_decision_is_where_a_miss_stops_paying_for_the_allocation_that_avoids_
         # under the normal the two forecasts describe (a brute-force search over a wide range of jumps)
         normal = NormalDist(0.1, sigma)
         jumps = np.linspace(0.1, 3.0, 29_001)
+        miss = 1 - np.array([normal.cdf(j) for j in jumps])
         for price in (0.3, 0.5, 1.0, 3.0, 20.0, 1e4):
-            cost = jumps + price * (1 - np.array([normal.cdf(j) for j in jumps]))
+            cost = jumps + price * miss
             assert f.decisions(price)[1] == pytest.approx(2.0 + jumps[np.argmin(cost)] * 10, abs=2e-3)
         prices = np.geomspace(0.01, 100, 30)
         assert np.all(np.diff([f.decisions(p)[1] for p in prices]) >= 0)  # a dearer miss never allocates less

@@ -21,6 +21,7 @@ from sklearn.metrics import adjusted_rand_score  # noqa: E402
 
 from ai4dl.lake.columns import BEHAVIOUR_FEATURES  # noqa: E402
 from ai4dl.method.features import derive  # noqa: E402
+from ai4dl.method.labelling import forward_decode  # noqa: E402
 from ai4dl.method.quality import change_timing, fleet_change_timing  # noqa: E402
 
 fleet, n_hist = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -42,13 +43,9 @@ for penalty in (0.0, 1.0, 2.0, 4.0):
     for x, y, p in zip(X, Y, P):
         if p[0] in fit:
             continue
-        lp = np.log(np.clip(clf.predict_proba(x), 1e-9, 1))
-        # forward (causal) decoding: the cheapest path's end, switching costs `penalty` nats
-        cost = -lp[0].copy(); out = [int(np.argmin(cost))]
-        for t in range(1, len(lp)):
-            cost = np.minimum(cost, cost.min() + penalty) - lp[t]
-            out.append(int(np.argmin(cost)))
-        pred = classes[np.array(out)]
+        costs = -np.log(np.clip(clf.predict_proba(x), 1e-9, 1))  # the product's forward decoder over -log p
+        out = forward_decode(costs, penalty)[0]
+        pred = classes[out]
         per.append(change_timing(list(y), list(pred))); truth_all += list(y); pred_all += list(pred)
     t = fleet_change_timing(per)
     print(f"n_history {n_hist} penalty {penalty}: ARI {adjusted_rand_score(truth_all, pred_all):.3f} "
