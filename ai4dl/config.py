@@ -277,12 +277,18 @@ class TrainConfig(_Section):
             raise ConfigError(f"train.k_range: {list(self.k_range)!r} is not allowed: [lo, hi] with 2 <= lo <= hi")
 
 
-DEFAULT_SWITCH_PENALTY = {"forward": 1.0, "viterbi": 10.0}
-"""The switching price per decoding (ai4dl.method.labelling.DECODINGS), in units of the model's costs (one nat
-of its phase classifier, else its switch gap). Over distances, chosen on the *training* containers of
-``fleet-2026`` by ``bench/phase_quality.py`` (forward: the best of 0.5-10 on their ARI; viterbi: the earlier
-sessions' choice on the same containers); over a classifier's -log p, forward 1 nat was the best of 0-2 on two
-development fleets' training containers (ai4dl.method.classifier); see bench/README.md."""
+DEFAULT_SWITCH_PENALTY = {
+    "forward": {"nats": 0.25, "distances": 1.0},
+    "viterbi": {"nats": 10.0, "distances": 10.0},
+}
+"""The switching price per decoding (ai4dl.method.labelling.DECODINGS) and unit of the model's costs: ``nats`` of
+its phase classifier's -log p (the default model), ``distances`` for a model without one (in units of its
+switch gap). Over distances, chosen on the *training* containers of ``fleet-2026`` by ``bench/phase_quality.py``
+(forward: the best of 0.5-10 on their ARI; viterbi: the earlier sessions' choice on the same containers). Over a
+classifier's -log p, forward 0.25 nats is the largest of 0.25 / 0.5 / 1 / 2 whose change delay p95 is at most 4
+steps on the training containers of all three development fleets (``bench/feature_ablation.py
+--forward-penalties``; issue 30's goal is 5: one step of margin), for about 1.8x the false changes of 1 nat
+(13-18 per 1,000 steps; the issue's bar is 41.2); see bench/README.md."""
 
 
 @dataclass(frozen=True)
@@ -295,17 +301,19 @@ class LabelConfig(_Section):
     # takes each step's cheapest phase. The costs are the model's phase classifier's -log p (ai4dl.method.classifier)
     # or, without one, the squared distances to the centres. A phase change is priced at switch_penalty x one nat
     # for a classifier, x the model's typical margin of squared distances (ai4dl.method.labelling.switch_gap)
-    # otherwise; unset, the decoding's own default (DEFAULT_SWITCH_PENALTY above: forward 1, viterbi 10).
+    # otherwise; unset, the default for the decoding and the model's costs (DEFAULT_SWITCH_PENALTY above: forward
+    # 0.25 nats or 1 switch gap, viterbi 10).
     smoothing: str = _key("forward", choices=("none", "forward", "viterbi"))
     switch_penalty: float | None = _key(None, lo=0)
 
     @property
     def penalty(self) -> float | None:
-        """The switching penalty of the configured decoding (units of the model's costs: one nat of its
-        classifier, else its switch gap), None for none."""
-        if self.smoothing == "none":
+        """The configured switching penalty (units of the model's costs: one nat of its classifier, else its
+        switch gap); None for none, or when unset: the default depends on the model's costs
+        (ai4dl.method.labelling.resolve_decoding)."""
+        if self.smoothing == "none" or self.switch_penalty is None:
             return None
-        return DEFAULT_SWITCH_PENALTY[self.smoothing] if self.switch_penalty is None else float(self.switch_penalty)
+        return float(self.switch_penalty)
 
 
 @dataclass(frozen=True)

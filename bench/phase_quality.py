@@ -72,11 +72,11 @@ def _decodings(cfg, held, model, train) -> dict:
     if model.refinements or gap is None:
         print("decodings: the model is refined or has no switch_gap; only its own labels are scored")
         return {}
-    from ai4dl.config import DEFAULT_SWITCH_PENALTY
+    from ai4dl.method.labelling import default_penalty
 
     def multiplier(decoding: str) -> float:  # the configured penalty applies to the configured decoding
         configured = cfg.label.switch_penalty if cfg.label.smoothing == decoding else None
-        return float(DEFAULT_SWITCH_PENALTY[decoding] if configured is None else configured)
+        return float(default_penalty(model, decoding) if configured is None else configured)
 
     forward, offline = multiplier("forward"), multiplier("viterbi")
     unit = switch_cost(model, "forward", 1.0)  # the switch gap, or one nat for a classifier's costs

@@ -171,7 +171,7 @@ def test_the_classifier_learns_the_phases_it_is_given_and_the_decoders_read_it()
     clf = fit_classifier(h, targets, 3, units=16, epochs=150, seed=1)
     assert np.mean(np.argmin(clf.costs(h), axis=1) == targets) > 0.95
     model = dataclasses.replace(make_model(), classifier=clf)
-    assert switch_cost(model, "forward") == 1.0 and switch_cost(model, "viterbi") == 10.0  # nats
+    assert switch_cost(model, "forward") == 0.25 and switch_cost(model, "viterbi") == 10.0  # nats
     d2, costs = step_costs(model.centers, model.classifier, h[:50])
     path, dist = decode_path(d2, "none", 0.0, costs)
     assert path.tolist() == np.argmin(costs, axis=1).tolist() != np.argmin(d2, axis=1).tolist()
@@ -181,6 +181,28 @@ def test_the_classifier_learns_the_phases_it_is_given_and_the_decoders_read_it()
     assert phase.tolist() == np.argmin(step_costs(model.centers, model.classifier, acts)[1], axis=1).tolist()
     with pytest.raises(ValueError, match="labels outside"):
         fit_classifier(h[:10], np.full(10, 3), 3)
+
+
+def test_an_unset_switch_penalty_is_the_default_for_the_unit_of_the_models_costs():
+    """A classifier's nats and a switch gap of distances price a change differently, so each has its default;
+    a configured multiplier applies only to the decoding it was configured for."""
+    import dataclasses
+
+    from ai4dl.config import DEFAULT_SWITCH_PENALTY, LabelConfig
+    from ai4dl.method.classifier import PhaseClassifier
+    from ai4dl.method.labelling import resolve_decoding, switch_cost
+
+    distances = make_model().with_info(switch_gap=2.0)
+    clf = PhaseClassifier(np.zeros(4), np.ones(4), np.zeros((2, 4)), np.zeros(2), np.zeros((3, 2)), np.zeros(3))
+    nats = dataclasses.replace(distances, classifier=clf)
+    assert resolve_decoding(nats, "forward", None) == ("forward", DEFAULT_SWITCH_PENALTY["forward"]["nats"])
+    assert resolve_decoding(distances, "forward", None) == ("forward", DEFAULT_SWITCH_PENALTY["forward"]["distances"])
+    assert switch_cost(distances, "forward") == 2.0 * DEFAULT_SWITCH_PENALTY["forward"]["distances"]
+    assert resolve_decoding(nats, "forward", 3) == ("forward", 3.0) and resolve_decoding(nats, "none", 3) == ("none", None)
+    pinned = nats.with_info(decoding="viterbi")  # the model's own decoding: the configured forward price is not its
+    assert resolve_decoding(pinned, "forward", 3) == ("viterbi", DEFAULT_SWITCH_PENALTY["viterbi"]["nats"])
+    assert LabelConfig().penalty is None and LabelConfig(switch_penalty=0.5).penalty == 0.5
+    assert LabelConfig(smoothing="none", switch_penalty=0.5).penalty is None
 
 
 def test_the_classifier_can_be_taught_each_steps_offline_phase_a_few_steps_early():

@@ -149,21 +149,30 @@ def decoding_of(model: PhaseModel, configured: str) -> str:
     return configured
 
 
+def default_penalty(model: PhaseModel, decoding: str) -> float:
+    """The penalty multiplier of ``decoding`` when none is configured: :data:`DEFAULT_SWITCH_PENALTY` for the
+    unit of the model's costs (a classifier's nats and a switch gap of distances price a change differently)."""
+    return DEFAULT_SWITCH_PENALTY[decoding]["nats" if model.classifier is not None else "distances"]
+
+
 def resolve_decoding(model: PhaseModel, configured: str, multiplier: float | None) -> tuple[str, float | None]:
-    """:func:`decoding_of` and the penalty multiplier that goes with it: the configured one, or None (the
-    decoding's default) when the model's pinned decoding replaced the configured one."""
+    """:func:`decoding_of` and the penalty multiplier that goes with it: the configured one, else (unset, or the
+    model's pinned decoding replaced the configured one) :func:`default_penalty`; None for ``none``."""
     decoding = decoding_of(model, configured)
-    return decoding, (multiplier if decoding == configured else None)
+    if decoding == "none":
+        return decoding, None
+    return decoding, (float(multiplier) if multiplier is not None and decoding == configured
+                      else default_penalty(model, decoding))
 
 
 def switch_cost(model: PhaseModel, decoding: str, multiplier: float | None = None) -> float:
-    """The absolute switching penalty of ``decoding``: ``multiplier`` (default
-    :data:`DEFAULT_SWITCH_PENALTY`) x the unit of the model's costs: its ``switch_gap`` for squared distances,
-    one nat for a phase classifier's ``-log p`` (a penalty of 1 then asks the evidence for a change to be
-    e times likelier than staying); 0 for ``none``."""
+    """The absolute switching penalty of ``decoding``: ``multiplier`` (default :func:`default_penalty`) x the
+    unit of the model's costs: its ``switch_gap`` for squared distances, one nat for a phase classifier's
+    ``-log p`` (a penalty of 1 then asks the evidence for a change to be e times likelier than staying); 0 for
+    ``none``."""
     if decoding == "none":
         return 0.0
-    m = DEFAULT_SWITCH_PENALTY[decoding] if multiplier is None else float(multiplier)
+    m = default_penalty(model, decoding) if multiplier is None else float(multiplier)
     return m * (1.0 if model.classifier is not None else float(model.info["switch_gap"]))
 
 
@@ -482,7 +491,7 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
 
 __all__ = [
     "CAUSAL_DECODINGS", "DECODINGS", "assign", "check_compatible", "chosen_distances", "decode", "decode_container",
-    "decode_path", "decode_table", "decoding_of", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
+    "decode_path", "decode_table", "decoding_of", "default_penalty", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
     "label_windows", "nearest", "step_costs",
     "switch_cost", "viterbi",
 ]

@@ -24,6 +24,9 @@ from ai4dl.method.features import derive  # noqa: E402
 from ai4dl.method.labelling import forward_decode  # noqa: E402
 from ai4dl.method.quality import change_timing, fleet_change_timing  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from feature_ablation import delay_by_change, transitions  # noqa: E402
+
 fleet, n_hist = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3
 df = pd.read_parquet(fleet).rename(columns={"cpu.usage.cores": "cpu_usage_cores", "cpu.num.cores": "cpu_num_cores",
                                             "mem.current": "mem_current", "mem.limit": "mem_limit"})
@@ -39,7 +42,7 @@ Xf = np.vstack([x for x, p in zip(X, P) if p[0] in fit]); Yf = np.concatenate([y
 clf = HistGradientBoostingClassifier(max_iter=200, random_state=0).fit(Xf, Yf)
 classes = clf.classes_
 for penalty in (0.0, 1.0, 2.0, 4.0):
-    per, truth_all, pred_all = [], [], []
+    per, truth_all, pred_all, kinds = [], [], [], []
     for x, y, p in zip(X, Y, P):
         if p[0] in fit:
             continue
@@ -47,6 +50,9 @@ for penalty in (0.0, 1.0, 2.0, 4.0):
         out = forward_decode(costs, penalty)[0]
         pred = classes[out]
         per.append(change_timing(list(y), list(pred))); truth_all += list(y); pred_all += list(pred)
+        kinds += transitions(list(y))
     t = fleet_change_timing(per)
     print(f"n_history {n_hist} penalty {penalty}: ARI {adjusted_rand_score(truth_all, pred_all):.3f} "
           f"delay p50 {t['delay_p50']:.0f} p95 {t['delay_p95']:.1f} false/1000 {t['false_per_1000_steps']:.1f}", flush=True)
+    late = [f"{k} {v['p95']:.0f} (n {v['n']})" for k, v in delay_by_change(per, kinds).items() if v["p95"] > 3]
+    print(f"  slowest changes (p95 > 3 steps): {', '.join(late) or 'none'}", flush=True)
