@@ -297,8 +297,9 @@ class LabelConfig(_Section):
     model: str | None = None  # model directory; default: latest version under lake.models/<train.model_name>
     engine: str = _key("arrow", choices=("arrow", "pandas"))  # see ai4dl.method.labelling
     # How a container's phases are read from its steps (ai4dl.method.labelling.DECODINGS): forward (default) is
-    # causal, the same in the label stage and the live stream; viterbi decodes whole traces (offline only); none
-    # takes each step's cheapest phase. The costs are the model's phase classifier's -log p (ai4dl.method.classifier)
+    # causal, a latency of 0 steps (each step's phase decided at that step, never revised), the same in the label
+    # stage and the live stream; viterbi decodes whole traces (offline only); none takes each step's cheapest
+    # phase (latency 0). The costs are the model's phase classifier's -log p (ai4dl.method.classifier)
     # or, without one, the squared distances to the centres. A phase change is priced at switch_penalty x one nat
     # for a classifier, x the model's typical margin of squared distances (ai4dl.method.labelling.switch_gap)
     # otherwise; unset, the default for the decoding and the model's costs (DEFAULT_SWITCH_PENALTY above: forward
