@@ -469,6 +469,21 @@ def resolve_policy_model(cfg: Config) -> tuple[Any, str]:
     return resolve(cfg.policies, cfg.lake.models)
 
 
+def report_policy_model(cfg: Config) -> tuple[Any, str | None]:
+    """The policy model the report draws its curves with, and a line saying why there is none: before the first
+    `ai4dl policies` there is nothing to say (the curves use the configured knobs), but a model that is
+    configured or saved and cannot be used (an older format, a damaged file) is named, not passed over."""
+    from ai4dl.errors import ModelError
+    from ai4dl.versioned import versions
+
+    if cfg.policies.model is None and not versions(cfg.lake.models, cfg.policies.model_name):
+        return None, None
+    try:
+        return resolve_policy_model(cfg)[0], None
+    except ModelError as e:
+        return None, f"the policy model is not used, the curves show the configured knobs: {e}"
+
+
 @stage("policies", writes=("models",))
 def policies(cfg: Config, lake: Any) -> _Output:
     """Fit the policy model on the training containers, score it on the held-out ones, write the gold tables.
@@ -668,7 +683,6 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     from pyspark.sql import functions as F
 
     from ai4dl.behaviour.phase_stats import ALL_SERVICES
-    from ai4dl.errors import ModelError
     from ai4dl.lake.columns import POD_ID
     from ai4dl.policies.fleet import summarise
     from ai4dl.reporting import plots
@@ -682,10 +696,9 @@ def report(cfg: Config, lake: Any, out: str | None = None) -> _Output:
     sample = phases.where(F.col("phase").isNotNull()).select("phase", "cpu_usage_cores", "mem_current")
     total = sample.count()
     sample_pdf = sample.sample(fraction=min(1.0, 200_000 / max(total, 1)), seed=1).toPandas()
-    try:
-        policy_model, _ = resolve_policy_model(cfg)
-    except ModelError:
-        policy_model = None  # no `ai4dl policies` yet: the curves use the configured knobs, no phase statistics
+    policy_model, unused = report_policy_model(cfg)
+    if unused:
+        print(f"report: {unused}")
     images = {
         "trace": plots.plot_trace_phases(one, out_dir / "trace_phases.png", title=f"Container {pod} by phase",
                                          names=labelling_phase_names(cfg, lake)),

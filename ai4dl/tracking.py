@@ -125,6 +125,7 @@ def log_training(cfg: Config, model: PhaseModel, model_path: str, report: dict[s
     _use(mlflow, uri)
     mlflow.set_experiment(cfg.mlflow.experiment)
     from ai4dl import __version__
+    from ai4dl.method.labelling import resolve_decoding
 
     with mlflow.start_run(run_name=run_name) as run:
         mlflow.set_tags({"ai4dl.version": __version__, "ai4dl.model_id": model.model_id, "ai4dl.config_digest": cfg.digest})
@@ -134,7 +135,9 @@ def log_training(cfg: Config, model: PhaseModel, model_path: str, report: dict[s
         for path in artifacts:
             if Path(path).is_file():
                 mlflow.log_artifact(str(path), artifact_path="report")
-        info = log_pyfunc(mlflow, model_path, cfg.window.max_gap_seconds, cfg.label.smoothing, cfg.label.penalty)
+        # the label stage's decoding and price, resolved against this model: the served model keeps them pinned
+        decoding, multiplier = resolve_decoding(model, cfg.label.smoothing, cfg.label.penalty)
+        info = log_pyfunc(mlflow, model_path, cfg.window.max_gap_seconds, decoding, multiplier)
     return {"run_id": run.info.run_id, "model_uri": info.model_uri, "tracking_uri": uri, "experiment": cfg.mlflow.experiment}
 
 
@@ -153,6 +156,8 @@ def log_policies(cfg: Config, model: Any, model_path: str, table: Any, run_name:
     values.update({f"knob.{policy}.{resource}": v for (policy, resource), v in model.knob_table().items()})
     values.update({f"deployed.{r}": p for r, p in model.best.items()})
     values.update({"policy_model_id": model.model_id, "phase_model_id": model.phase_model_id, "model_path": model_path})
+    from ai4dl.method.labelling import resolve_decoding
+
     with mlflow.start_run(run_name=run_name) as run:
         mlflow.set_tags({"ai4dl.version": __version__, "ai4dl.policy_model_id": model.model_id,
                          "ai4dl.phase_model_id": str(model.phase_model_id), "ai4dl.config_digest": cfg.digest})

@@ -93,7 +93,7 @@ def test_saved_versioned_checksummed_and_pickle_free(fitted, tmp_path):
     assert M.latest_version(root, "policies") == root / "policies" / "v0002"
 
 
-def test_a_tampered_or_foreign_model_is_refused_naming_the_file(fitted, tmp_path):
+def test_a_tampered_or_foreign_model_is_refused_naming_the_file(fitted, tmp_path, test_config):
     import shutil
 
     d = tmp_path / "copy"
@@ -115,6 +115,11 @@ def test_a_tampered_or_foreign_model_is_refused_naming_the_file(fitted, tmp_path
         M.load(d)
     with pytest.raises(ModelError, match="no policy model versions under .*; run `ai4dl policies` first"):
         M.latest_version(tmp_path / "none", "policies")
+    # the report draws without a policy model before the first `ai4dl policies`, and says why it drew without one
+    cfg = config_under(test_config, tmp_path / "report-lake")
+    assert stages.report_policy_model(cfg) == (None, None)
+    unused = stages.report_policy_model(cfg.replace(policies={"model": str(d)}))
+    assert unused[0] is None and "not used" in unused[1] and "refit it with `ai4dl policies`" in unused[1]
     with pytest.raises(ModelError) as err:
         M.check_phase_model(fitted["model"], fitted["path"], "another-phase-model")
     assert PHASE_MODEL in str(err.value) and "another-phase-model" in str(err.value) and "\n" not in str(err.value)
