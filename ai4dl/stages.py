@@ -352,7 +352,7 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
 
     from ai4dl.behaviour.naming import names_of
     from ai4dl.lake.tables import Tally
-    from ai4dl.method.labelling import LATENCY_STEPS, check_compatible, label_windows, resolve_decoding
+    from ai4dl.method.labelling import DECODING_LATENCY, check_compatible, label_windows, resolve_decoding
 
     phase_model, path = resolve_model(cfg, model)
     print(f"label: model {phase_model.model_id} from {path}")
@@ -360,7 +360,7 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     check_compatible(phase_model, scaler.features, n_history, scaler.digest)
     decoding, penalty = resolve_decoding(phase_model, cfg.label.smoothing, cfg.label.penalty)
     unit = "one nat of the phase classifier's -log p" if phase_model.classifier is not None else "the switch gap"
-    print(f"label: decoding {decoding} (latency {LATENCY_STEPS[decoding]} steps)"
+    print(f"label: decoding {decoding} (latency {DECODING_LATENCY[decoding]})"
           + (f", switch penalty {penalty:g} x {unit}" if penalty else "")
           + ("" if decoding == cfg.label.smoothing else " (the model's own; label.smoothing is not applied)"))
     read = Tally(silver, rows=F.count(F.lit(1)))
@@ -369,7 +369,7 @@ def label(cfg: Config, lake: Any, model: str | None = None) -> _Output:
     per_phase = {f"p{p}": F.count_if(F.col("phase") == p) for p in phase_model.phase_ids}
     labelled = Tally(phases, rows=F.count(F.lit(1)), none=F.count_if(F.col("phase").isNull()), **per_phase)
     properties = {"ai4dl.model_id": phase_model.model_id, "ai4dl.decoding": decoding,
-                  "ai4dl.decoding_latency_steps": LATENCY_STEPS[decoding],
+                  "ai4dl.decoding_latency": DECODING_LATENCY[decoding],
                   "ai4dl.switch_penalty": "" if penalty is None else repr(float(penalty))}
     written = lake.overwrite("phases", labelled.frame, properties=properties)
     taken, got = read.values(), labelled.values()

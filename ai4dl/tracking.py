@@ -156,8 +156,6 @@ def log_policies(cfg: Config, model: Any, model_path: str, table: Any, run_name:
     values.update({f"knob.{policy}.{resource}": v for (policy, resource), v in model.knob_table().items()})
     values.update({f"deployed.{r}": p for r, p in model.best.items()})
     values.update({"policy_model_id": model.model_id, "phase_model_id": model.phase_model_id, "model_path": model_path})
-    from ai4dl.method.labelling import resolve_decoding
-
     with mlflow.start_run(run_name=run_name) as run:
         mlflow.set_tags({"ai4dl.version": __version__, "ai4dl.policy_model_id": model.model_id,
                          "ai4dl.phase_model_id": str(model.phase_model_id), "ai4dl.config_digest": cfg.digest})

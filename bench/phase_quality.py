@@ -63,6 +63,8 @@ def _decodings(cfg, held, model, train) -> dict:
     distances' own decodings (``d2:none``, ``d2:forward``, ``d2:viterbi``: the model without it, Viterbi over the
     distances being what the classifier learnt from, the offline ceiling). Per decoding ARI, and when a phase
     changes against when the true behaviour does (delay p50/p95 in steps, false changes per 1,000 steps)."""
+    import dataclasses
+
     import numpy as np
 
     from ai4dl.method.labelling import forward_decode, step_costs, switch_cost, viterbi
@@ -111,16 +113,19 @@ def _decodings(cfg, held, model, train) -> dict:
     items = containers(held)
     out = {name: score(items, decode) for name, decode in decoders.items()}
     if model.classifier is not None:
-        g = float(gap)
+        g = float(gap)  # the model without its classifier, at its own default prices (x switch gap)
+        bare = dataclasses.replace(model, classifier=None)
+        d2_forward, d2_offline = default_penalty(bare, "forward"), default_penalty(bare, "viterbi")
         out["d2:none"] = score(items, lambda d2: np.argmin(d2, axis=1), "d2")
-        out["d2:forward"] = score(items, lambda d2: forward_decode(d2, forward * g)[0], "d2")
-        out["d2:viterbi"] = score(items, lambda d2: viterbi(d2, offline * g), "d2")
+        out["d2:forward"] = score(items, lambda d2: forward_decode(d2, d2_forward * g)[0], "d2")
+        out["d2:viterbi"] = score(items, lambda d2: viterbi(d2, d2_offline * g), "d2")
     out["forward_penalty_chosen_on_training"] = chosen
     nearest, ceiling = ("d2:none", "d2:viterbi") if model.classifier is not None else ("none", "viterbi")
     base = out[nearest]["false_per_1000_steps"]
     print(f"decodings of the held-out activations (penalties x {'one nat' if model.classifier is not None else 'switch gap'}: "
           f"forward {forward:g}, viterbi {offline:g}; {out['none']['true_changes']} true behaviour changes"
-          + ("; d2: the centres' squared distances, x switch gap" if model.classifier is not None else "") + "):")
+          + (f"; d2: the centres' squared distances, forward {d2_forward:g} and viterbi {d2_offline:g} x switch gap"
+             if model.classifier is not None else "") + "):")
     print(f"  {'decoding':<10} {'ARI':>6} {'delay p50':>9} {'p95':>5} {'missed':>7} {'false/1000 steps':>17}")
     for name, r in ((n, r) for n, r in out.items() if isinstance(r, dict)):
         print(f"  {name:<10} {r['ari']:6.3f} {r['delay_p50']:9.1f} {r['delay_p95']:5.1f} {r['missed_share']:7.1%} "

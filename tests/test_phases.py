@@ -59,7 +59,8 @@ def test_udf_encoding_equals_driver_encoding(spark, fleet):
     # the stage decodes each container causally (label.smoothing forward): each container's first steps here,
     # decoded on the driver, are what it wrote for them (a causal decoder's prefix does not depend on the rest)
     assert lake.properties("phases")["ai4dl.decoding"] == "forward"
-    assert lake.properties("phases")["ai4dl.decoding_latency_steps"] == "0"  # causal: decided at each step
+    assert lake.properties("phases")["ai4dl.decoding_latency"] == "0 steps"  # causal: decided at each step
+    assert lake.properties("phases")["ai4dl.switch_penalty"] == "0.25"  # the default over a classifier's nats
     # over the costs of the model's phase classifier (-log p), as every trained model's decoders read them
     assert model.classifier is not None
     d2, costs = step_costs(np.asarray(model.centers, dtype=np.float64), model.classifier, h)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,6 +121,9 @@ def test_a_tampered_or_foreign_model_is_refused_naming_the_file(fitted, tmp_path
     assert stages.report_policy_model(cfg) == (None, None)
     unused = stages.report_policy_model(cfg.replace(policies={"model": str(d)}))
     assert unused[0] is None and "not used" in unused[1] and "refit it with `ai4dl policies`" in unused[1]
+    shutil.copytree(d, Path(cfg.lake.models) / cfg.policies.model_name / "v0001")  # saved, none configured
+    saved = stages.report_policy_model(cfg)
+    assert saved[0] is None and "refit it with `ai4dl policies`" in saved[1]
     with pytest.raises(ModelError) as err:
         M.check_phase_model(fitted["model"], fitted["path"], "another-phase-model")
     assert PHASE_MODEL in str(err.value) and "another-phase-model" in str(err.value) and "\n" not in str(err.value)

@@ -130,10 +130,10 @@ phase centres, or the model's phase classifier's ``-log p``): ``none`` each step
 :func:`forward_decode` (causal: what the stream says at each step, the default); ``viterbi`` :func:`viterbi`
 over the whole trace (offline: needs the steps after)."""
 CAUSAL_DECODINGS = ("none", "forward")
-LATENCY_STEPS = {"none": "0", "forward": "0", "viterbi": "the whole trace"}
-"""How many steps after a step its phase is final, per decoding: the causal ones decide each step's phase at
-that step and never revise it (what the stream serves), Viterbi's waits for the trace to end. The label stage
-prints it and records it on the phases table (``ai4dl.decoding_latency_steps``)."""
+DECODING_LATENCY = {"none": "0 steps", "forward": "0 steps", "viterbi": "the whole trace"}
+"""How long after a step its phase is final, per decoding: the causal ones decide each step's phase at that
+step and never revise it (what the stream serves), Viterbi's waits for the trace to end. The label stage
+prints it and records it on the phases table (``ai4dl.decoding_latency``)."""
 
 
 def decoding_of(model: PhaseModel, configured: str) -> str:
@@ -494,7 +494,7 @@ def encode_windows(windows: DataFrame, crbm: CRBMWeights, n_history: int) -> Dat
 
 
 __all__ = [
-    "CAUSAL_DECODINGS", "DECODINGS", "LATENCY_STEPS", "assign", "check_compatible", "chosen_distances", "decode", "decode_container",
+    "CAUSAL_DECODINGS", "DECODINGS", "DECODING_LATENCY", "assign", "check_compatible", "chosen_distances", "decode", "decode_container",
     "decode_path", "decode_table", "decoding_of", "default_penalty", "encode_windows", "resolve_decoding", "forward_decode", "label", "label_arrays", "label_batch",
     "label_windows", "nearest", "step_costs",
     "switch_cost", "viterbi",
