@@ -63,10 +63,9 @@ def _decodings(cfg, held, model, train) -> dict:
     distances' own decodings (``d2:none``, ``d2:forward``, ``d2:viterbi``: the model without it, Viterbi over the
     distances being what the classifier learnt from, the offline ceiling). Per decoding ARI, and when a phase
     changes against when the true behaviour does (delay p50/p95 in steps, false changes per 1,000 steps)."""
-    import dataclasses
-
     import numpy as np
 
+    from ai4dl.config import DEFAULT_SWITCH_PENALTY
     from ai4dl.method.labelling import forward_decode, step_costs, switch_cost, viterbi
     from ai4dl.method.quality import change_timing, fleet_change_timing, phase_quality
 
@@ -113,9 +112,8 @@ def _decodings(cfg, held, model, train) -> dict:
     items = containers(held)
     out = {name: score(items, decode) for name, decode in decoders.items()}
     if model.classifier is not None:
-        g = float(gap)  # the model without its classifier, at its own default prices (x switch gap)
-        bare = dataclasses.replace(model, classifier=None)
-        d2_forward, d2_offline = default_penalty(bare, "forward"), default_penalty(bare, "viterbi")
+        g = float(gap)  # the model without its classifier, at the distances' own default prices (x switch gap)
+        d2_forward, d2_offline = (DEFAULT_SWITCH_PENALTY[d]["distances"] for d in ("forward", "viterbi"))
         out["d2:none"] = score(items, lambda d2: np.argmin(d2, axis=1), "d2")
         out["d2:forward"] = score(items, lambda d2: forward_decode(d2, d2_forward * g)[0], "d2")
         out["d2:viterbi"] = score(items, lambda d2: viterbi(d2, d2_offline * g), "d2")
