@@ -533,8 +533,8 @@ def policies(cfg: Config, lake: Any) -> _Output:
     if sequences is not None:
         from ai4dl.policies.nextphase import fleet_next_phase_f1
 
-        runs = split.held_out(sequences).select("pod_id", "run", "phase").toPandas()
-        scores = fleet_next_phase_f1(runs, model.transitions)
+        runs = split.held_out(sequences).select("pod_id", "service", "run", "phase").toPandas()
+        scores = fleet_next_phase_f1(runs, model.transitions, model.service_transitions)
         print(f"phase.proactive: {format_next_phase(scores)}")
     details: dict[str, Any] = {"model": model, "path": path, "calibration": table, "frontier": held_totals, "next_phase": scores,
                                "ladder": rungs, "train_totals": train_totals}
@@ -587,7 +587,8 @@ def live_inputs(cfg: Config, model: Any, model_id: str, policy_model: Any, polic
     return Live(
         model=model, model_id=model_id, n_history=cfg.window.n_history,
         deployment=Deployment.of(policy_model, cfg.stream.policy), max_gap_seconds=cfg.window.max_gap_seconds,
-        next_phase=policy_model.next_phase, phase_names=names_of(model.info), decoding=decoding, switch_penalty=penalty,
+        next_phase=policy_model.next_phase, service_next_phase=policy_model.service_next_phase,
+        phase_names=names_of(model.info), decoding=decoding, switch_penalty=penalty,
     )
 
 

@@ -972,6 +972,29 @@ def test_next_phase_f1_counts():
     assert next_phase_f1([None, None], {})["boundaries"] == 0
 
 
+def test_next_phase_reads_the_services_own_cycle_beside_the_fleets():
+    from ai4dl.policies.nextphase import SERVICE_PRIOR, fleet_next_phase_f1, next_phase_table, service_transition_counts
+
+    # the fleet leaves 1 for 2 mostly; service "b" runs its own loop 1 -> 3 -> 1
+    fleet = {(1, 2): 0.8, (1, 3): 0.2, (2, 1): 1.0, (3, 1): 1.0}
+    counts = service_transition_counts(pd.DataFrame({"service": ["b", "b", "a", None], "src": [1, 3, 1, 1],
+                                                     "dst": [3, 1, 2, 3], "count": [6, 6, 1, 9]}))
+    assert counts == {"b": {1: {3: 6}, 3: {1: 6}}, "a": {1: {2: 1}}}  # no service: not a service's habit
+    loop = [1, 3, 1, 3, 1]
+    assert next_phase_f1(loop, fleet)["correct"] == 2  # the fleet's table says 2 after 1
+    assert next_phase_f1(loop, fleet, counts["b"])["correct"] == 4
+    # a service seen leaving 1 once is shrunk towards the fleet: (1 + 3 x 0.2) / (1 + 3) for 3 is below 2's
+    assert next_phase_table(fleet, {1: {3: 1}})[1] == (2, pytest.approx(SERVICE_PRIOR * 0.8 / (1 + SERVICE_PRIOR)))
+    assert next_phase_table(fleet, counts["b"])[1] == (3, pytest.approx((6 + SERVICE_PRIOR * 0.2) / (6 + SERVICE_PRIOR)))
+    runs = pd.DataFrame({"pod_id": ["p"] * 5 + ["q"] * 5, "service": ["b"] * 5 + ["new"] * 5, "run": list(range(5)) * 2,
+                         "phase": loop * 2})
+    scores = fleet_next_phase_f1(runs, fleet, counts)
+    assert (scores["boundaries"], scores["correct"]) == (8, 4 + 2)  # an unseen service reads the fleet's table
+    assert fleet_next_phase_f1(runs, fleet)["correct"] == 2 + 2
+    with pytest.raises(InputError, match="lack column 'service'"):
+        fleet_next_phase_f1(runs.drop(columns="service"), fleet, counts)
+
+
 def test_calibration_chooses_knobs_on_training_containers_only(spark, cfg):
     """Training containers swing (prev.step.rules needs a large k to meet 95 %), held-out ones are flat (any k
     meets it): the calibrated k must be the training containers' — it would be the smallest if they leaked."""

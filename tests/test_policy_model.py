@@ -65,6 +65,9 @@ def test_the_model_holds_everything_a_decision_needs(fitted):
         assert {"cpu_fraction", "mem_fraction", "cpu_headroom", "mem_headroom"} <= set(entry)
     assert model.transitions and all(abs(sum(d.values()) - 1.0) < 1e-9 for d in model.transitions.values())
     assert model.next_phase and all(nxt[0] != src for src, nxt in model.next_phase.items())
+    # each service's own transition counts, read beside the fleet's by its containers' next-phase table
+    assert set(model.service_transitions) == set(model.service_next_phase) == {"svc0", "svc1", "svc2"}
+    assert sum(n for per in model.service_transitions.values() for d in per.values() for n in d.values()) > 0
     for policy in POLICIES:  # every family's knob, per resource (None: a policy without one)
         for resource in ("cpu", "mem"):
             value = model.knobs[policy][resource]
@@ -84,6 +87,11 @@ def test_saved_versioned_checksummed_and_pickle_free(fitted, tmp_path):
     assert loaded.model_id == model.model_id and loaded.as_dict() == model.as_dict()
     import pathlib
 
+    assert loaded.service_transitions == model.service_transitions
+    # a model without them (saved before they existed) keeps its id: the key is only stored when there are some
+    bare = dataclasses.replace(model, service_transitions={})
+    assert "service_transitions" not in bare.as_dict()
+    assert M.PolicyModel.from_dict(bare.as_dict()).model_id == bare.model_id != model.model_id
     names = sorted(p.name for p in pathlib.Path(path).iterdir())
     assert names == ["manifest.json", "policy.json"]  # JSON only: nothing a load could run
     # the same model again is the same version; another one is the next

@@ -181,10 +181,7 @@ def test_late_samples_are_quarantined_and_counted(batch, dlaas_sample):
     its reason and counted in the state; samples out of order inside one batch are sorted, not late."""
     model = load(batch["model_dir"])
     live = Live(model=model, model_id=model.model_id, n_history=3, deployment=Deployment.of(load_policies(batch["policies"])))
-    sample = pd.read_csv(dlaas_sample)
-    pod = sample[sample["pod.id"] == "exec1"].rename(columns=lambda c: c.replace(".", "_")).rename(columns={"timestamp": "ts"})
-    pod["ts"] = pd.to_datetime(pod["ts"], unit="s")
-    pod["behaviour"], pod["source_file"], pod["ingested_at"] = None, "f", pod["ts"]
+    pod = _exec1_rows(dlaas_sample)
     first, rest = pod.iloc[:20], pod.iloc[20:]
     out1, st = advance("exec1", first.sample(frac=1.0, random_state=1), None, live)  # shuffled: still in order
     assert (out1["kind"] == "phase").sum() == 20 and st["late_samples"] == 0
@@ -196,6 +193,31 @@ def test_late_samples_are_quarantined_and_counted(batch, dlaas_sample):
     assert (out2["kind"] == "phase").sum() == len(rest)
     rec = out2[out2["kind"] == "rec"].iloc[0]
     assert rec["late_samples"] == 2 and rec["step"] == len(pod) - 1
+
+
+def _exec1_rows(dlaas_sample) -> pd.DataFrame:
+    """The DLaaS sample's container exec1 as bronze rows reach the stream's step."""
+    sample = pd.read_csv(dlaas_sample)
+    pod = sample[sample["pod.id"] == "exec1"].rename(columns=lambda c: c.replace(".", "_")).rename(columns={"timestamp": "ts"})
+    pod["ts"] = pd.to_datetime(pod["ts"], unit="s")
+    pod["behaviour"], pod["source_file"], pod["ingested_at"] = None, "f", pod["ts"]
+    return pod
+
+
+def test_the_next_phase_told_is_the_containers_services(batch, dlaas_sample):
+    """A container of a service seen in training is told its service's next phase; any other, the fleet's."""
+    import dataclasses
+
+    model = load(batch["model_dir"])
+    pod = _exec1_rows(dlaas_sample)
+    fleet = Live(model=model, model_id=model.model_id, n_history=3, deployment=Deployment.of(load_policies(batch["policies"])),
+                 next_phase={p: (70, 0.5) for p in range(64)})
+    own = dataclasses.replace(fleet, service_next_phase={str(pod["service"].iloc[0]): {p: (80, 0.9) for p in range(64)}})
+    other = dataclasses.replace(fleet, service_next_phase={"another service": {p: (90, 0.9) for p in range(64)}})
+    for live, told in ((fleet, (70, 0.5)), (own, (80, 0.9)), (other, (70, 0.5))):
+        out, _ = advance("exec1", pod, None, live)
+        rec = out[out["kind"] == "rec"].iloc[0]
+        assert (rec["next_phase"], rec["next_phase_probability"]) == told
 
 
 @pytest.mark.slow

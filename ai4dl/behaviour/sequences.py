@@ -6,8 +6,8 @@ that describe how workloads behave:
 
 * :func:`run_lengths` - run-length encode each container's phase sequence in Spark
   (:data:`ai4dl.schema.PHASE_SEQUENCES`), optionally smoothing away runs shorter than ``min_run_steps``;
-* :func:`transition_counts` / :func:`dwell_stats` - how often phase *a* is followed by phase *b*, and how long
-  a phase lasts once entered;
+* :func:`transition_counts` / :func:`dwell_stats` - how often phase *a* is followed by phase *b* (per service:
+  :func:`service_transition_counts`), and how long a phase lasts once entered;
 * :func:`container_phase_paths` / :func:`path_counts` - each container's sequence of run phases (its *path*)
   and the distinct paths with their counts, input of the prototype tree (:mod:`ai4dl.behaviour.graph`).
 
@@ -201,15 +201,26 @@ def transition_counts(sequences_df: DataFrame) -> DataFrame:
     changes appear (consecutive runs differ by construction); a container's first run has no incoming and its
     last run no outgoing transition, so a phase seen only at the end of lives has no ``src`` row.
     """
-    w = Window.partitionBy(*CONTAINER).orderBy("run")
-    pairs = sequences_df.select(F.col("phase").alias("src"), F.lead("phase").over(w).alias("dst")).where(
-        F.col("dst").isNotNull()
-    )
-    counts = pairs.groupBy("src", "dst").agg(F.count(F.lit(1)).alias("count"))
+    counts = _run_pairs(sequences_df).groupBy("src", "dst").agg(F.count(F.lit(1)).alias("count"))
     counts = counts.withColumn(
         "probability", F.col("count") / F.sum("count").over(Window.partitionBy("src"))
     )
     return conform(counts, TRANSITIONS)
+
+
+def service_transition_counts(sequences_df: DataFrame) -> DataFrame:
+    """:func:`transition_counts` per service: ``service``, ``src``, ``dst``, ``count`` (one row per service and
+    transition seen; a job template's own cycle, which the next-phase rule reads beside the fleet's,
+    :mod:`ai4dl.policies.nextphase`). Small: services x k x k rows."""
+    return _run_pairs(sequences_df).groupBy(SERVICE, "src", "dst").agg(F.count(F.lit(1)).alias("count"))
+
+
+def _run_pairs(sequences_df: DataFrame) -> DataFrame:
+    """``service``, ``src``, ``dst``: each run's phase and the phase of the container's next run."""
+    w = Window.partitionBy(*CONTAINER).orderBy("run")
+    return sequences_df.select(SERVICE, F.col("phase").alias("src"), F.lead("phase").over(w).alias("dst")).where(
+        F.col("dst").isNotNull()
+    )
 
 
 def dwell_stats(sequences_df: DataFrame) -> DataFrame:

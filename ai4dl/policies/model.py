@@ -5,7 +5,8 @@ A policy model holds everything a policy decision needs, fitted on the training 
 
 * per phase, the statistics the phase policies allocate from (``phase.rule``'s quantile of usage, as a share of
   the limit or absolute) and ``phase.headroom``'s quantile tables of the usage jumps that follow the phase;
-* the phase-transition probabilities (``phase.proactive``) and the next-phase table (live recommendations);
+* the phase-transition probabilities (``phase.proactive``), each service's transition counts and the next-phase
+  tables read from both (live recommendations; :mod:`ai4dl.policies.nextphase`);
 * the forecasters of ``forecast`` and ``phase.forecast`` per resource (:mod:`ai4dl.policies.forecast`: trees as
   plain arrays), fitted on a hash-chosen share of the training containers;
 * the calibrated knob of every policy family per resource, chosen on (a fixed subset of) the training
@@ -40,7 +41,7 @@ from ai4dl.config import LIVE_POLICIES, POLICIES, PoliciesConfig, from_dict
 from ai4dl.errors import ConfigError, ModelError
 from ai4dl.policies.calibration import ServiceLevel, best_live, choose_knob
 from ai4dl.policies.forecast import FORECASTS, HISTORY, MIN_TRAINING_INTERVALS, SUMMARY, Forecaster
-from ai4dl.policies.nextphase import next_phase_table, normalise_transitions
+from ai4dl.policies.nextphase import next_phase_table, normalise_transitions, service_transition_counts
 from ai4dl.policies.rules import HEADROOM_LEVELS, KNOBS, RESOURCES, finite_value, knob_of, vpa_params
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -71,6 +72,7 @@ class PolicyModel:
     data_version: dict[str, Any] = field(default_factory=dict)  # the phases table it was fitted on
     info: dict[str, Any] = field(default_factory=dict)
     forecasters: dict[str, dict[str, Forecaster]] = field(default_factory=dict)  # policy -> resource -> trees
+    service_transitions: dict[str, dict[int, dict[int, int]]] = field(default_factory=dict)  # service -> src -> dst -> n
 
     def __post_init__(self) -> None:
         for policy, per_resource in self.knobs.items():
@@ -119,7 +121,13 @@ class PolicyModel:
 
     @property
     def next_phase(self) -> dict[int, tuple[int, float]]:
+        """The fleet's next-phase table: what a container of a service never seen in training is told."""
         return next_phase_table(self.transitions)
+
+    @property
+    def service_next_phase(self) -> dict[str, dict[int, tuple[int, float]]]:
+        """Per service seen in training, its containers' next-phase table (its own counts beside the fleet's)."""
+        return {svc: next_phase_table(self.transitions, counts) for svc, counts in sorted(self.service_transitions.items())}
 
     @property
     def bounds(self) -> dict[str, dict[str, float]]:
@@ -132,8 +140,12 @@ class PolicyModel:
 
     # ---- identity and storage ----
     def as_dict(self) -> dict[str, Any]:
-        """Everything the model holds, as JSON values (what ``policy.json`` stores; NaN as null)."""
+        """Everything the model holds, as JSON values (what ``policy.json`` stores; NaN as null). The services'
+        transition counts only when there are any, so a model saved before they existed keeps its id."""
+        services = {"service_transitions": {svc: {str(s): {str(d): n for d, n in sorted(ds.items())} for s, ds in sorted(per.items())}
+                                            for svc, per in sorted(self.service_transitions.items())}} if self.service_transitions else {}
         return _plain({
+            **services,
             "params": dataclasses.asdict(self.params),
             "service_level": self.level.as_dict(),
             "phase_stats": {str(p): v for p, v in sorted(self.phase_stats.items())},
@@ -163,8 +175,10 @@ class PolicyModel:
             training = tuple(dict(row) for row in data["training"])
             forecasters = {str(p): {str(r): Forecaster.from_dict(fc) for r, fc in per.items()}
                            for p, per in (data.get("forecasters") or {}).items()}
+            services = service_transition_counts(data.get("service_transitions") or {})
             return cls(params, level, stats, transitions, knobs, training, dict(data["best"]),
-                       data.get("phase_model_id"), dict(data.get("data_version") or {}), forecasters=forecasters)
+                       data.get("phase_model_id"), dict(data.get("data_version") or {}), forecasters=forecasters,
+                       service_transitions=services)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ModelError(f"{where}: not a policy model ({type(exc).__name__}: {exc})") from None
         except ConfigError as exc:
@@ -264,12 +278,14 @@ class PolicyEstimator:
         the same smoothing; else they are computed. Also returns the calibration totals the knobs were chosen
         from (:meth:`calibration_totals`), from which a knob can be chosen at any other service level."""
         from ai4dl.behaviour.sequences import run_lengths, transition_counts
+        from ai4dl.behaviour.sequences import service_transition_counts as service_counts_of
 
         p = self.params
         level = level or ServiceLevel.from_config(p)
         stats = phase_statistics(phases, p)
         runs = runs if runs is not None else run_lengths(phases, self.min_run_steps)
         transitions = normalise_transitions(transition_counts(runs).toPandas())
+        services = service_transition_counts(service_counts_of(runs))
         forecasters, fitted_on = self.fit_forecasters(phases, stats, log)
         totals, total = self.calibration_totals(phases, stats, transitions, forecasters, fitted_on)
         if totals.empty:
@@ -292,7 +308,7 @@ class PolicyEstimator:
             params=p, level=level, phase_stats=stats, transitions=transitions, knobs=knobs, training=training,
             best=best_live(chosen, level), phase_model_id=phase_model_id, data_version=dict(data_version or {}),
             info={"calibration_containers": int(totals["containers"].max()), "training_containers": total},
-            forecasters=forecasters,
+            forecasters=forecasters, service_transitions=services,
         ), totals
 
     def calibration_totals(self, train: "DataFrame", stats: Mapping[int, Any], transitions: Any,

@@ -1,17 +1,30 @@
 """Next-phase prediction from the phase-transition probabilities: the one rule both the score of how well
 transitions predict a container's next phase (:func:`next_phase_f1`, printed by ``ai4dl policies``) and the
-live recommendations' "next phase" (:mod:`ai4dl.stream`) use, and what ``phase.proactive`` bets on."""
+live recommendations' "next phase" (:mod:`ai4dl.stream`) use, and what ``phase.proactive`` bets on.
+
+Containers of one service run one job template, and a template repeats its own cycle (training, evaluation,
+checkpoint at its own levels), which the fleet's transitions average away. So a prediction for a container of a
+known service reads that service's transition counts, shrunk towards the fleet's probabilities by
+:data:`SERVICE_PRIOR` pseudo-counts: ``score(q) = n_service(p -> q) + SERVICE_PRIOR * P_fleet(p -> q)``. A service
+seen rarely (or never) leaving ``p`` predicts what the fleet does; one seen often predicts its own habit. Chosen on
+development fleets' training containers (``bench/README.md``): the learned phases' next-phase F1 on held-out run
+ends went 0.687 -> 0.874 on a ``training-loop`` fleet and 0.409 -> 0.421 on an ``ai4dl`` one, the same for any
+prior from 1 to 10 pseudo-counts; with the fleet's table alone (prior -> infinity) it is the earlier rule.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from ai4dl.errors import InputError
 from ai4dl.policies.rules import finite_value, phase_codes
+
+SERVICE_PRIOR = 3.0
+"""Pseudo-counts of the fleet's transition probabilities added to a service's own counts (see the module)."""
 
 
 def normalise_transitions(transitions: Any) -> dict[int, dict[int, float]]:
@@ -43,22 +56,35 @@ def normalise_transitions(transitions: Any) -> dict[int, dict[int, float]]:
     return out
 
 
-def most_likely_next(phase: Any, transitions: Any) -> tuple[int, float] | None:
+def most_likely_next(phase: Any, transitions: Any, counts: Mapping[int, Mapping[int, float]] | None = None,
+                     prior: float = SERVICE_PRIOR) -> tuple[int, float] | None:
     """The most likely phase after a run of ``phase`` and its probability: ``argmax_q P(phase -> q)`` over
     ``q != phase`` (ties: the smallest phase), None for an unknown phase or one without known successors.
-    ``transitions`` as :func:`normalise_transitions` reads them. The one rule both the next-phase score
-    (:func:`next_phase_f1`) and the live recommendations (:mod:`ai4dl.stream`) predict with.
+    ``transitions`` (the fleet's) as :func:`normalise_transitions` reads them; ``counts``: the container's
+    service's own transition counts ``{src: {dst: n}}`` (:func:`service_transition_counts`), which the fleet's
+    probabilities are added to as ``prior`` pseudo-counts, the probability then ``(n + prior P) / (N + prior)``.
+    The one rule both the next-phase score (:func:`next_phase_f1`) and the live recommendations
+    (:mod:`ai4dl.stream`) predict with.
 
     >>> most_likely_next(0, {(0, 1): 0.7, (0, 2): 0.3, (0, 0): 0.9})
     (1, 0.7)
+    >>> nxt, p = most_likely_next(0, {(0, 1): 0.7, (0, 2): 0.3}, counts={0: {2: 4}})
+    >>> nxt, round(p, 3)  # 2 over 1: (4 + 3 x 0.3) / (4 + 3) against (0 + 3 x 0.7) / (4 + 3)
+    (2, 0.7)
     >>> most_likely_next(None, {(0, 1): 1.0}) is None
     True
     """
     p = finite_value(phase)
     if math.isnan(p):
         return None
+    src = int(p)
     successors = transitions if _is_normalised(transitions) else normalise_transitions(transitions)
-    candidates = [(-prob, dst) for dst, prob in successors.get(int(p), {}).items() if dst != int(p)]
+    fleet = {dst: prob for dst, prob in successors.get(src, {}).items() if dst != src}
+    own = {int(dst): float(n) for dst, n in ((counts or {}).get(src) or {}).items() if int(dst) != src and n > 0}
+    if own:
+        total = sum(own.values()) + prior
+        fleet = {dst: (own.get(dst, 0.0) + prior * fleet.get(dst, 0.0)) / total for dst in set(fleet) | set(own)}
+    candidates = [(-prob, dst) for dst, prob in fleet.items()]
     if not candidates:
         return None
     prob, dst = min(candidates)
@@ -67,9 +93,6 @@ def most_likely_next(phase: Any, transitions: Any) -> tuple[int, float] | None:
 
 def _is_normalised(transitions: Any) -> bool:
     return isinstance(transitions, dict) and all(isinstance(v, dict) for v in transitions.values())
-
-
-# Policies that read the interval they allocate for: they cannot run live, where that interval is the future.
 
 
 def f1_scores(boundaries: int, predicted: int, correct: int) -> dict[str, float]:
@@ -90,7 +113,7 @@ def f1_scores(boundaries: int, predicted: int, correct: int) -> dict[str, float]
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
-def next_phase_f1(phases: Any, transitions: Any) -> dict[str, float]:
+def next_phase_f1(phases: Any, transitions: Any, counts: Mapping[int, Mapping[int, float]] | None = None) -> dict[str, float]:
     """How well the transition probabilities predict a container's next phase (what ``phase.proactive`` bets on).
 
     The phase sequence without its unlabelled steps is cut into runs of one phase. At every run end (a phase
@@ -98,7 +121,8 @@ def next_phase_f1(phases: Any, transitions: Any) -> dict[str, float]:
     ``argmax_q P(p -> q)`` over ``q != p`` of the ending run's phase ``p`` (ties: the smallest phase); a phase
     without known successors predicts nothing. Over the boundaries: ``correct`` = predictions equal to the
     actual next phase, precision = correct / predicted, recall = correct / boundaries, F1 their harmonic mean
-    (micro-averaged over phases: one prediction per boundary). Counts are returned too, for fleet sums.
+    (micro-averaged over phases: one prediction per boundary). ``counts``: the container's service's own
+    transition counts (:func:`most_likely_next`). Counts are returned too, for fleet sums.
 
     >>> scores = next_phase_f1([0, 0, None, 0, 1, 1, 0, 2, 2], {(0, 1): 0.7, (0, 2): 0.3, (1, 0): 1.0})
     >>> scores["boundaries"], scores["predicted"], scores["correct"], round(scores["f1"], 4)
@@ -108,7 +132,8 @@ def next_phase_f1(phases: Any, transitions: Any) -> dict[str, float]:
     codes = codes[~np.isnan(codes)].astype(np.int64)
     runs = codes[np.r_[True, codes[1:] != codes[:-1]]] if codes.size else codes
     successors = normalise_transitions(transitions)
-    best = {src: nxt[0] for src in successors if (nxt := most_likely_next(src, successors)) is not None}
+    best = {src: nxt[0] for src in set(successors) | set(counts or {})
+            if (nxt := most_likely_next(src, successors, counts)) is not None}
     boundaries = max(len(runs) - 1, 0)
     predicted = correct = 0
     for src, dst in zip(runs[:-1].tolist(), runs[1:].tolist()):
@@ -118,22 +143,57 @@ def next_phase_f1(phases: Any, transitions: Any) -> dict[str, float]:
     return {"boundaries": boundaries, "predicted": predicted, "correct": correct, **f1_scores(boundaries, predicted, correct)}
 
 
-def fleet_next_phase_f1(runs: pd.DataFrame, transitions: Any) -> dict[str, float]:
-    """:func:`next_phase_f1` over many containers' runs (``pod_id``, ``run``, ``phase``: gold
-    ``phase_sequences`` rows), counts summed before the scores (micro-averaged over the fleet's run ends)."""
-    counts = {"boundaries": 0, "predicted": 0, "correct": 0}
-    for _, pod in runs.sort_values(["pod_id", "run"]).groupby("pod_id"):
-        scores = next_phase_f1(pod["phase"].tolist(), transitions)
-        for k in counts:
-            counts[k] += int(scores[k])
-    return {**counts, **f1_scores(**counts)}
-
-
-def next_phase_table(transitions: Any) -> dict[int, tuple[int, float]]:
-    """``{phase: (most likely next phase, its probability)}`` for every phase with a known successor: what the
-    policy model keeps for the live recommendations."""
+def fleet_next_phase_f1(runs: pd.DataFrame, transitions: Any,
+                        service_counts: Mapping[str, Mapping[int, Mapping[int, float]]] | None = None) -> dict[str, float]:
+    """:func:`next_phase_f1` over many containers' runs (``pod_id``, ``run``, ``phase`` and, with
+    ``service_counts`` (:func:`service_transition_counts`), ``service``: gold ``phase_sequences`` rows), counts
+    summed before the scores (micro-averaged over the fleet's run ends)."""
+    totals = {"boundaries": 0, "predicted": 0, "correct": 0}
+    if service_counts and "service" not in runs.columns:
+        raise InputError(f"runs lack column 'service' to read its transition counts (have: {list(runs.columns)})")
     successors = normalise_transitions(transitions)
-    return {src: nxt for src in sorted(successors) if (nxt := most_likely_next(src, successors)) is not None}
+    for _, pod in runs.sort_values(["pod_id", "run"]).groupby("pod_id"):
+        own = (service_counts or {}).get(pod["service"].iloc[0]) if service_counts else None
+        scores = next_phase_f1(pod["phase"].tolist(), successors, own)
+        for k in totals:
+            totals[k] += int(scores[k])
+    return {**totals, **f1_scores(**totals)}
 
 
-__all__ = ["f1_scores", "fleet_next_phase_f1", "most_likely_next", "next_phase_f1", "next_phase_table", "normalise_transitions"]
+def service_transition_counts(counts: Any) -> dict[str, dict[int, dict[int, int]]]:
+    """``{service: {src: {dst: count}}}`` from per-service transition counts (rows of ``service``, ``src``,
+    ``dst``, ``count``: :func:`ai4dl.behaviour.sequences.service_transition_counts`, pandas or a small Spark
+    DataFrame, or already nested as a policy model stores them with string keys). Rows without a service or a
+    phase, and counts that are not positive, are dropped."""
+    if counts is None:
+        return {}
+    if isinstance(counts, Mapping):
+        rows = ((svc, src, dst, n) for svc, per in counts.items() for src, dsts in per.items() for dst, n in dsts.items())
+    else:
+        if hasattr(counts, "toPandas"):
+            counts = counts.toPandas()
+        missing = [c for c in ("service", "src", "dst", "count") if c not in counts.columns]
+        if missing:
+            raise InputError(f"service transition counts lack column(s) {missing} (have: {list(counts.columns)})")
+        rows = zip(counts["service"], counts["src"], counts["dst"], counts["count"])
+    out: dict[str, dict[int, dict[int, int]]] = {}
+    for svc, src, dst, n in rows:
+        try:
+            key, a, b, k = str(svc), int(src), int(dst), int(n)
+        except (TypeError, ValueError):
+            continue
+        if svc is not None and k > 0 and a != b:
+            out.setdefault(key, {}).setdefault(a, {})[b] = k
+    return out
+
+
+def next_phase_table(transitions: Any, counts: Mapping[int, Mapping[int, float]] | None = None) -> dict[int, tuple[int, float]]:
+    """``{phase: (most likely next phase, its probability)}`` for every phase with a known successor, for the
+    fleet or, with ``counts``, a service's containers: what the live recommendations read."""
+    successors = normalise_transitions(transitions)
+    return {src: nxt for src in sorted(set(successors) | set(counts or {}))
+            if (nxt := most_likely_next(src, successors, counts)) is not None}
+
+
+__all__ = ["SERVICE_PRIOR", "f1_scores", "fleet_next_phase_f1", "most_likely_next", "next_phase_f1", "next_phase_table",
+           "normalise_transitions", "service_transition_counts"]

@@ -27,7 +27,7 @@ What it does, and why it gives the batch pipeline's answers:
   a stream configured with it takes each step's cheapest phase (decoding none), and says so at start.
 * **Recommendation.** After the batch: the current phase (the last non-null one), since when it lasts (first
   step of its run; unlabelled steps do not break a run), the most likely next phase (the policy model's
-  next-phase table, :func:`ai4dl.policies.nextphase.next_phase_table`) and what the deployed policies allocate for
+  next-phase table of the container's service, else the fleet's: :func:`ai4dl.policies.nextphase.next_phase_table`) and what the deployed policies allocate for
   the next step (:class:`ai4dl.policies.live.LivePolicies`: the policy model's calibrated knobs, the replay's
   rules on running summaries), the allocation the replay of the whole trace holds at that step. The state is
   O(1) in the container's age: the window's raw samples, the current run, the policies' running summaries.
@@ -66,6 +66,7 @@ class Live:
     deployment: Deployment  # the policy model's deployed policies, knobs and statistics
     max_gap_seconds: float | None = None
     next_phase: Mapping[int, tuple[int, float]] = field(default_factory=dict)  # the policy model's next-phase table
+    service_next_phase: Mapping[str, Mapping[int, tuple[int, float]]] = field(default_factory=dict)  # per service seen
     phase_names: Mapping[int, str] = field(default_factory=dict)
     decoding: str = "none"  # a causal one of ai4dl.method.labelling.CAUSAL_DECODINGS, as resolved for the model
     switch_penalty: float = 0.0  # absolute (ai4dl.method.labelling.switch_cost)
@@ -210,7 +211,7 @@ def _decode_forward(h: np.ndarray, st: dict[str, Any], live: Live) -> tuple[np.n
 def _recommend(pod_id: str, st: Mapping[str, Any], live: Live, policies: LivePolicies) -> dict[str, Any]:
     alloc = policies.next_allocation()
     phase = st["run_phase"]
-    nxt = live.next_phase.get(int(phase)) if phase is not None else None
+    nxt = live.service_next_phase.get(st["service"], live.next_phase).get(int(phase)) if phase is not None else None
     return {
         "kind": "rec", POD_ID: pod_id, SERVICE: st["service"], TS: _timestamp(st["last_ts"]), "step": int(st["last_step"]),
         "phase": phase, "phase_name": live.name(phase),
