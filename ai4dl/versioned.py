@@ -53,25 +53,27 @@ def write(target: str | Path, write_files: Callable[[Path], list[str]], manifest
     return target
 
 
-def read_json(path: Path, missing: str = "missing", fmt: str | None = None,
+def read_json(path: Path, missing: str = "missing", fmt: str | tuple[str, ...] | None = None,
               retired: Mapping[str, str] | None = None) -> Any:
-    """A model file's JSON (with ``fmt``: a mapping whose ``format`` is ``fmt``); a missing or unreadable file,
-    or another format, is one :class:`~ai4dl.errors.ModelError` line naming it (``retired``: formats this version
-    no longer reads, each with what to do about it, added to that line)."""
+    """A model file's JSON (with ``fmt``: a mapping whose ``format`` is ``fmt``, or one of them: the format this
+    version writes first, then older ones it still reads); a missing or unreadable file, or another format, is
+    one :class:`~ai4dl.errors.ModelError` line naming it (``retired``: formats this version no longer reads, each
+    with what to do about it, added to that line)."""
     if not path.is_file():
         raise ModelError(f"{path}: {missing}")
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ModelError(f"{path}: not valid JSON ({exc})") from None
-    if fmt is not None and (not isinstance(data, dict) or data.get("format") != fmt):
+    formats = (fmt,) if isinstance(fmt, str) else fmt
+    if formats is not None and (not isinstance(data, dict) or data.get("format") not in formats):
         found = data.get("format") if isinstance(data, dict) else None
         hint = (retired or {}).get(found) if isinstance(found, str) else None
-        raise ModelError(f"{path}: format {found!r}, expected {fmt!r}" + (f"; {hint}" if hint else ""))
+        raise ModelError(f"{path}: format {found!r}, expected {formats[0]!r}" + (f"; {hint}" if hint else ""))
     return data
 
 
-def read_manifest(directory: str | Path, fmt: str, required: tuple[str, ...],
+def read_manifest(directory: str | Path, fmt: str | tuple[str, ...], required: tuple[str, ...],
                   retired: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The manifest of a model directory of format ``fmt`` (``retired``: as :func:`read_json`), after checking
     that it lists every ``required`` file and that every file it lists is there with its checksum."""

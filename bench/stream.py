@@ -89,7 +89,8 @@ def state_against_age(cfg, model_dir: str, policy_dir: str, policies: list[str],
     out = []
     for policy in policies:
         live = Live(model=model, model_id=model.model_id, n_history=cfg.window.n_history,
-                    deployment=Deployment.of(policy_model, policy), next_phase=policy_model.next_phase)
+                    deployment=Deployment.of(policy_model, policy), next_phase=policy_model.next_phase,
+                    service_next_phase=policy_model.service_next_phase)
         state, done = None, 0
         for age in sorted(ages):
             while done < age:  # grow the container to this age, a micro-batch at a time (untimed)

@@ -973,12 +973,12 @@ def test_next_phase_f1_counts():
 
 
 def test_next_phase_reads_the_services_own_cycle_beside_the_fleets():
-    from ai4dl.policies.nextphase import SERVICE_PRIOR, fleet_next_phase_f1, next_phase_table, service_transition_counts
+    from ai4dl.policies.nextphase import SERVICE_PRIOR, fleet_next_phase_f1, next_phase_table, normalise_service_transitions
 
     # the fleet leaves 1 for 2 mostly; service "b" runs its own loop 1 -> 3 -> 1
     fleet = {(1, 2): 0.8, (1, 3): 0.2, (2, 1): 1.0, (3, 1): 1.0}
-    counts = service_transition_counts(pd.DataFrame({"service": ["b", "b", "a", None], "src": [1, 3, 1, 1],
-                                                     "dst": [3, 1, 2, 3], "count": [6, 6, 1, 9]}))
+    counts = normalise_service_transitions(pd.DataFrame({"service": ["b", "b", "a", None, np.nan], "src": [1, 3, 1, 1, 1],
+                                                         "dst": [3, 1, 2, 3, 3], "count": [6, 6, 1, 9, 9]}))
     assert counts == {"b": {1: {3: 6}, 3: {1: 6}}, "a": {1: {2: 1}}}  # no service: not a service's habit
     loop = [1, 3, 1, 3, 1]
     assert next_phase_f1(loop, fleet)["correct"] == 2  # the fleet's table says 2 after 1
@@ -993,6 +993,13 @@ def test_next_phase_reads_the_services_own_cycle_beside_the_fleets():
     assert fleet_next_phase_f1(runs, fleet)["correct"] == 2 + 2
     with pytest.raises(InputError, match="lack column 'service'"):
         fleet_next_phase_f1(runs.drop(columns="service"), fleet, counts)
+    # one pod id in two services is two containers, each told its own service's table
+    twice = runs.assign(pod_id="p")
+    assert fleet_next_phase_f1(twice, fleet, counts)["correct"] == 4 + 2
+    # a phase only the service was seen leaving: its own counts alone (no fleet prior to add)
+    assert next_phase_table({}, {5: {6: 2, 7: 2}}) == {5: (6, 1 / 2)}  # ties: the smallest phase
+    # ties between phases once the counts are added: the smallest
+    assert next_phase_table({(1, 2): 0.5, (1, 3): 0.5}, {1: {2: 1, 3: 1}})[1][0] == 2
 
 
 def test_calibration_chooses_knobs_on_training_containers_only(spark, cfg):

@@ -65,9 +65,22 @@ def test_the_model_holds_everything_a_decision_needs(fitted):
         assert {"cpu_fraction", "mem_fraction", "cpu_headroom", "mem_headroom"} <= set(entry)
     assert model.transitions and all(abs(sum(d.values()) - 1.0) < 1e-9 for d in model.transitions.values())
     assert model.next_phase and all(nxt[0] != src for src, nxt in model.next_phase.items())
-    # each service's own transition counts, read beside the fleet's by its containers' next-phase table
-    assert set(model.service_transitions) == set(model.service_next_phase) == {"svc0", "svc1", "svc2"}
-    assert sum(n for per in model.service_transitions.values() for d in per.values() for n in d.values()) > 0
+    # each service's own transition counts, read beside the fleet's by its containers' next-phase table; the
+    # fleet's probabilities (taken from their sums) are the behaviour stage's gold transitions of the same runs
+    from ai4dl.behaviour.sequences import run_lengths, transition_counts
+    from ai4dl.method.split import ContainerSplit
+    from ai4dl.policies.nextphase import normalise_transitions
+
+    assert set(model.service_transitions) == {"svc0", "svc1", "svc2"}
+    runs = run_lengths(ContainerSplit.of(cfg.window).training(lake.read("phases")), cfg.behaviour.min_run_steps)
+    gold = normalise_transitions(transition_counts(runs).toPandas())
+    assert set(gold) == set(model.transitions)
+    for src, dsts in gold.items():
+        assert model.transitions[src] == pytest.approx(dsts)
+    per_service = runs.groupBy("service").count().toPandas().set_index("service")["count"]
+    for svc, per in model.service_transitions.items():  # each container's runs but its last are counted once
+        containers = runs.where(f"service = '{svc}'").select("pod_id").distinct().count()
+        assert sum(n for d in per.values() for n in d.values()) == per_service[svc] - containers
     for policy in POLICIES:  # every family's knob, per resource (None: a policy without one)
         for resource in ("cpu", "mem"):
             value = model.knobs[policy][resource]
@@ -88,10 +101,15 @@ def test_saved_versioned_checksummed_and_pickle_free(fitted, tmp_path):
     import pathlib
 
     assert loaded.service_transitions == model.service_transitions
-    # a model without them (saved before they existed) keeps its id: the key is only stored when there are some
+    # a format-2 model (saved before them) is still read, with its id: the key is only stored when there are some
     bare = dataclasses.replace(model, service_transitions={})
-    assert "service_transitions" not in bare.as_dict()
-    assert M.PolicyModel.from_dict(bare.as_dict()).model_id == bare.model_id != model.model_id
+    assert set(bare.as_dict()) == {"params", "service_level", "phase_stats", "transitions", "knobs", "training", "best",
+                                   "phase_model_id", "data_version", "forecasters"}  # format 2's layout
+    old = M.save(bare, tmp_path / "format2")
+    manifest = json.loads((old / "manifest.json").read_text())
+    (old / "manifest.json").write_text(json.dumps({**manifest, "format": "ai4dl-policy-model/2"}))
+    read = M.load(old)
+    assert read.model_id == bare.model_id != model.model_id and read.service_next_phase == {}
     names = sorted(p.name for p in pathlib.Path(path).iterdir())
     assert names == ["manifest.json", "policy.json"]  # JSON only: nothing a load could run
     # the same model again is the same version; another one is the next

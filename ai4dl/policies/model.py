@@ -41,7 +41,7 @@ from ai4dl.config import LIVE_POLICIES, POLICIES, PoliciesConfig, from_dict
 from ai4dl.errors import ConfigError, ModelError
 from ai4dl.policies.calibration import ServiceLevel, best_live, choose_knob
 from ai4dl.policies.forecast import FORECASTS, HISTORY, MIN_TRAINING_INTERVALS, SUMMARY, Forecaster
-from ai4dl.policies.nextphase import next_phase_table, normalise_transitions, service_transition_counts
+from ai4dl.policies.nextphase import next_phase_table, normalise_service_transitions, normalise_transitions
 from ai4dl.policies.rules import HEADROOM_LEVELS, KNOBS, RESOURCES, finite_value, knob_of, vpa_params
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,7 +49,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ai4dl.method.split import ContainerSplit
 
-FORMAT = "ai4dl-policy-model/2"  # 2: the forecasters' knob is a miss cost (was a spread)
+FORMAT = "ai4dl-policy-model/3"  # 3: each service's transition counts; 2: the forecasters' knob is a miss cost
+# formats this version still reads: a format-2 model has no service counts (every container is told the fleet's
+# next phase). A new format, so an earlier ai4dl refuses a model it would misread, in one line, not by its id.
+READABLE_FORMATS = (FORMAT, "ai4dl-policy-model/2")
 # formats this version reads no more: a model saved in one is refitted, not reinterpreted
 RETIRED_FORMATS = {"ai4dl-policy-model/1": "saved by an earlier ai4dl (its forecasters' knob was a spread, not a "
                                            "miss cost): refit it with `ai4dl policies`"}
@@ -127,7 +130,7 @@ class PolicyModel:
     @property
     def service_next_phase(self) -> dict[str, dict[int, tuple[int, float]]]:
         """Per service seen in training, its containers' next-phase table (its own counts beside the fleet's)."""
-        return {svc: next_phase_table(self.transitions, counts) for svc, counts in sorted(self.service_transitions.items())}
+        return {svc: next_phase_table(self.transitions, counts) for svc, counts in self.service_transitions.items()}
 
     @property
     def bounds(self) -> dict[str, dict[str, float]]:
@@ -141,11 +144,9 @@ class PolicyModel:
     # ---- identity and storage ----
     def as_dict(self) -> dict[str, Any]:
         """Everything the model holds, as JSON values (what ``policy.json`` stores; NaN as null). The services'
-        transition counts only when there are any, so a model saved before they existed keeps its id."""
-        services = {"service_transitions": {svc: {str(s): {str(d): n for d, n in sorted(ds.items())} for s, ds in sorted(per.items())}
-                                            for svc, per in sorted(self.service_transitions.items())}} if self.service_transitions else {}
+        transition counts only when there are any, so a format-2 model (which has none) keeps its id."""
         return _plain({
-            **services,
+            **({"service_transitions": self.service_transitions} if self.service_transitions else {}),
             "params": dataclasses.asdict(self.params),
             "service_level": self.level.as_dict(),
             "phase_stats": {str(p): v for p, v in sorted(self.phase_stats.items())},
@@ -175,7 +176,7 @@ class PolicyModel:
             training = tuple(dict(row) for row in data["training"])
             forecasters = {str(p): {str(r): Forecaster.from_dict(fc) for r, fc in per.items()}
                            for p, per in (data.get("forecasters") or {}).items()}
-            services = service_transition_counts(data.get("service_transitions") or {})
+            services = normalise_service_transitions(data.get("service_transitions") or {})
             return cls(params, level, stats, transitions, knobs, training, dict(data["best"]),
                        data.get("phase_model_id"), dict(data.get("data_version") or {}), forecasters=forecasters,
                        service_transitions=services)
@@ -220,7 +221,7 @@ def load(directory: str | Path) -> PolicyModel:
     """Read and verify a policy model directory; every problem is one :class:`~ai4dl.errors.ModelError` line
     naming the file."""
     d = Path(directory)
-    manifest = versioned.read_manifest(d, FORMAT, (POLICY_FILE,), RETIRED_FORMATS)
+    manifest = versioned.read_manifest(d, READABLE_FORMATS, (POLICY_FILE,), RETIRED_FORMATS)
     path = d / POLICY_FILE
     model = PolicyModel.from_dict(versioned.read_json(path), str(path))
     if manifest.get("model_id") != model.model_id:
@@ -277,15 +278,16 @@ class PolicyEstimator:
         service level). ``runs``: their phase runs (``gold/phase_sequences`` rows), when already built with
         the same smoothing; else they are computed. Also returns the calibration totals the knobs were chosen
         from (:meth:`calibration_totals`), from which a knob can be chosen at any other service level."""
-        from ai4dl.behaviour.sequences import run_lengths, transition_counts
-        from ai4dl.behaviour.sequences import service_transition_counts as service_counts_of
+        from ai4dl.behaviour.sequences import run_lengths, service_transition_counts
 
         p = self.params
         level = level or ServiceLevel.from_config(p)
         stats = phase_statistics(phases, p)
         runs = runs if runs is not None else run_lengths(phases, self.min_run_steps)
-        transitions = normalise_transitions(transition_counts(runs).toPandas())
-        services = service_transition_counts(service_counts_of(runs))
+        by_service = service_transition_counts(runs).toPandas()  # the fleet's transitions are their sums
+        fleet = by_service.groupby(["src", "dst"], as_index=False)["count"].sum()
+        fleet["probability"] = fleet["count"] / fleet.groupby("src")["count"].transform("sum")
+        transitions, services = normalise_transitions(fleet), normalise_service_transitions(by_service)
         forecasters, fitted_on = self.fit_forecasters(phases, stats, log)
         totals, total = self.calibration_totals(phases, stats, transitions, forecasters, fitted_on)
         if totals.empty:

@@ -1,15 +1,17 @@
-"""Next-phase prediction from the phase-transition probabilities: the one rule both the score of how well
-transitions predict a container's next phase (:func:`next_phase_f1`, printed by ``ai4dl policies``) and the
-live recommendations' "next phase" (:mod:`ai4dl.stream`) use, and what ``phase.proactive`` bets on.
+"""Next-phase prediction from the phase transitions: the one rule both the score of how well transitions
+predict a container's next phase (:func:`next_phase_f1`, printed by ``ai4dl policies``) and the live
+recommendations' "next phase" (:mod:`ai4dl.stream`) use. (``phase.proactive`` reads the fleet's probabilities
+alone, :mod:`ai4dl.policies.rules`.)
 
 Containers of one service run one job template, and a template repeats its own cycle (training, evaluation,
 checkpoint at its own levels), which the fleet's transitions average away. So a prediction for a container of a
 known service reads that service's transition counts, shrunk towards the fleet's probabilities by
 :data:`SERVICE_PRIOR` pseudo-counts: ``score(q) = n_service(p -> q) + SERVICE_PRIOR * P_fleet(p -> q)``. A service
 seen rarely (or never) leaving ``p`` predicts what the fleet does; one seen often predicts its own habit. Chosen on
-development fleets' training containers (``bench/README.md``): the learned phases' next-phase F1 on held-out run
-ends went 0.687 -> 0.874 on a ``training-loop`` fleet and 0.409 -> 0.421 on an ``ai4dl`` one, the same for any
-prior from 1 to 10 pseudo-counts; with the fleet's table alone (prior -> infinity) it is the earlier rule.
+development fleets only (``bench/README.md``, "each service's own cycle"): the learned phases' next-phase F1 on
+held-out run ends went 0.687 -> 0.874 and 0.571 -> 0.843 on two ``training-loop`` fleets and 0.409 -> 0.421 on an
+``ai4dl`` one, within 0.01 for any prior from 1 to 10 pseudo-counts; the fleet's table alone (prior -> infinity) is
+the earlier rule.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ def most_likely_next(phase: Any, transitions: Any, counts: Mapping[int, Mapping[
     """The most likely phase after a run of ``phase`` and its probability: ``argmax_q P(phase -> q)`` over
     ``q != phase`` (ties: the smallest phase), None for an unknown phase or one without known successors.
     ``transitions`` (the fleet's) as :func:`normalise_transitions` reads them; ``counts``: the container's
-    service's own transition counts ``{src: {dst: n}}`` (:func:`service_transition_counts`), which the fleet's
-    probabilities are added to as ``prior`` pseudo-counts, the probability then ``(n + prior P) / (N + prior)``.
+    service's own transition counts ``{src: {dst: n}}`` (:func:`normalise_service_transitions`), which the fleet's
+    probabilities are added to as ``prior`` pseudo-counts: ``P = (n + prior P_fleet) / (N + prior)`` (the prior
+    only where the fleet knows successors of ``phase``).
     The one rule both the next-phase score (:func:`next_phase_f1`) and the live recommendations
     (:mod:`ai4dl.stream`) predict with.
 
@@ -80,9 +83,10 @@ def most_likely_next(phase: Any, transitions: Any, counts: Mapping[int, Mapping[
     src = int(p)
     successors = transitions if _is_normalised(transitions) else normalise_transitions(transitions)
     fleet = {dst: prob for dst, prob in successors.get(src, {}).items() if dst != src}
-    own = {int(dst): float(n) for dst, n in ((counts or {}).get(src) or {}).items() if int(dst) != src and n > 0}
+    own = {int(dst): float(n) for dst, n in ((counts or {}).get(src) or {}).items()
+           if int(dst) != src and finite_value(n) > 0}
     if own:
-        total = sum(own.values()) + prior
+        total = sum(own.values()) + (prior if fleet else 0.0)
         fleet = {dst: (own.get(dst, 0.0) + prior * fleet.get(dst, 0.0)) / total for dst in set(fleet) | set(own)}
     candidates = [(-prob, dst) for dst, prob in fleet.items()]
     if not candidates:
@@ -114,26 +118,28 @@ def f1_scores(boundaries: int, predicted: int, correct: int) -> dict[str, float]
 
 
 def next_phase_f1(phases: Any, transitions: Any, counts: Mapping[int, Mapping[int, float]] | None = None) -> dict[str, float]:
-    """How well the transition probabilities predict a container's next phase (what ``phase.proactive`` bets on).
+    """How well the transitions predict a container's next phase.
 
     The phase sequence without its unlabelled steps is cut into runs of one phase. At every run end (a phase
-    change, a *boundary*) the prediction for the next run's phase is the most likely successor
-    ``argmax_q P(p -> q)`` over ``q != p`` of the ending run's phase ``p`` (ties: the smallest phase); a phase
-    without known successors predicts nothing. Over the boundaries: ``correct`` = predictions equal to the
+    change, a *boundary*) the prediction for the next run's phase is the ending run's phase's most likely
+    successor by :func:`most_likely_next` (the fleet's ``transitions``, with the container's service's own
+    ``counts`` when given); a phase without known successors predicts nothing. Over the boundaries: ``correct`` = predictions equal to the
     actual next phase, precision = correct / predicted, recall = correct / boundaries, F1 their harmonic mean
-    (micro-averaged over phases: one prediction per boundary). ``counts``: the container's service's own
-    transition counts (:func:`most_likely_next`). Counts are returned too, for fleet sums.
+    (micro-averaged over phases: one prediction per boundary). Counts are returned too, for fleet sums.
 
     >>> scores = next_phase_f1([0, 0, None, 0, 1, 1, 0, 2, 2], {(0, 1): 0.7, (0, 2): 0.3, (1, 0): 1.0})
     >>> scores["boundaries"], scores["predicted"], scores["correct"], round(scores["f1"], 4)
     (3, 3, 2, 0.6667)
     """
+    return _scored(phases, next_phase_table(transitions, counts))
+
+
+def _scored(phases: Any, table: Mapping[int, tuple[int, float]]) -> dict[str, float]:
+    """:func:`next_phase_f1` against a next-phase table (:func:`next_phase_table`)."""
     codes = phase_codes(phases)
     codes = codes[~np.isnan(codes)].astype(np.int64)
     runs = codes[np.r_[True, codes[1:] != codes[:-1]]] if codes.size else codes
-    successors = normalise_transitions(transitions)
-    best = {src: nxt[0] for src in set(successors) | set(counts or {})
-            if (nxt := most_likely_next(src, successors, counts)) is not None}
+    best = {src: nxt[0] for src, nxt in table.items()}
     boundaries = max(len(runs) - 1, 0)
     predicted = correct = 0
     for src, dst in zip(runs[:-1].tolist(), runs[1:].tolist()):
@@ -146,21 +152,24 @@ def next_phase_f1(phases: Any, transitions: Any, counts: Mapping[int, Mapping[in
 def fleet_next_phase_f1(runs: pd.DataFrame, transitions: Any,
                         service_counts: Mapping[str, Mapping[int, Mapping[int, float]]] | None = None) -> dict[str, float]:
     """:func:`next_phase_f1` over many containers' runs (``pod_id``, ``run``, ``phase`` and, with
-    ``service_counts`` (:func:`service_transition_counts`), ``service``: gold ``phase_sequences`` rows), counts
-    summed before the scores (micro-averaged over the fleet's run ends)."""
+    ``service_counts`` (:func:`normalise_service_transitions`), ``service``: gold ``phase_sequences`` rows), each
+    container scored against the table the stream tells it (its service's, else the fleet's), counts summed
+    before the scores (micro-averaged over the fleet's run ends)."""
     totals = {"boundaries": 0, "predicted": 0, "correct": 0}
     if service_counts and "service" not in runs.columns:
         raise InputError(f"runs lack column 'service' to read its transition counts (have: {list(runs.columns)})")
-    successors = normalise_transitions(transitions)
-    for _, pod in runs.sort_values(["pod_id", "run"]).groupby("pod_id"):
-        own = (service_counts or {}).get(pod["service"].iloc[0]) if service_counts else None
-        scores = next_phase_f1(pod["phase"].tolist(), successors, own)
+    fleet = next_phase_table(transitions)
+    tables = {svc: next_phase_table(transitions, counts) for svc, counts in (service_counts or {}).items()}
+    container = ["pod_id", "service"] if "service" in runs.columns else ["pod_id"]
+    for key, pod in runs.sort_values([*container, "run"]).groupby(container):
+        table = tables.get(key[1], fleet) if len(container) == 2 else fleet
+        scores = _scored(pod["phase"].tolist(), table)
         for k in totals:
             totals[k] += int(scores[k])
     return {**totals, **f1_scores(**totals)}
 
 
-def service_transition_counts(counts: Any) -> dict[str, dict[int, dict[int, int]]]:
+def normalise_service_transitions(counts: Any) -> dict[str, dict[int, dict[int, int]]]:
     """``{service: {src: {dst: count}}}`` from per-service transition counts (rows of ``service``, ``src``,
     ``dst``, ``count``: :func:`ai4dl.behaviour.sequences.service_transition_counts`, pandas or a small Spark
     DataFrame, or already nested as a policy model stores them with string keys). Rows without a service or a
@@ -182,18 +191,19 @@ def service_transition_counts(counts: Any) -> dict[str, dict[int, dict[int, int]
             key, a, b, k = str(svc), int(src), int(dst), int(n)
         except (TypeError, ValueError):
             continue
-        if svc is not None and k > 0 and a != b:
+        if not pd.isna(svc) and k > 0 and a != b:
             out.setdefault(key, {}).setdefault(a, {})[b] = k
     return out
 
 
 def next_phase_table(transitions: Any, counts: Mapping[int, Mapping[int, float]] | None = None) -> dict[int, tuple[int, float]]:
     """``{phase: (most likely next phase, its probability)}`` for every phase with a known successor, for the
-    fleet or, with ``counts``, a service's containers: what the live recommendations read."""
+    fleet or, with ``counts`` (its own transition counts), a service's containers: what the live recommendations
+    read and the next-phase score is scored against."""
     successors = normalise_transitions(transitions)
     return {src: nxt for src in sorted(set(successors) | set(counts or {}))
             if (nxt := most_likely_next(src, successors, counts)) is not None}
 
 
 __all__ = ["SERVICE_PRIOR", "f1_scores", "fleet_next_phase_f1", "most_likely_next", "next_phase_f1", "next_phase_table",
-           "normalise_transitions", "service_transition_counts"]
+           "normalise_service_transitions", "normalise_transitions"]
