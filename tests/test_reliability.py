@@ -357,6 +357,19 @@ def test_a_table_whose_creation_was_killed_is_created_on_the_rerun(spark, lake):
     assert lake.exists("bronze")
 
 
+def test_a_run_log_deleted_after_its_check_is_created_again_with_its_schema(spark, lake):
+    """The run log's schema is checked once per application and path; a run log removed after that (a notebook
+    clearing its lake between runs) is created again, with its properties, by the next row."""
+    import shutil
+
+    lake.log_run("ingest", {"bronze": 0}, "digest")
+    shutil.rmtree(lake.path("run_log"))
+    Lake(spark, lake.root).log_run("window", {"silver": 0}, "digest")  # another handle, as the next stage's
+    assert [r["job"] for r in lake.read("run_log").collect()] == ["window"]
+    assert lake.properties("run_log")["delta.checkpointInterval"] == lk.RUN_LOG_PROPERTIES["delta.checkpointInterval"]
+    assert not spark.read.format("delta").load(lake.path("run_log")).schema["run_id"].nullable
+
+
 def test_a_gold_table_of_an_older_layout_is_upgraded_by_the_next_overwrite(spark, lake):
     from pyspark.sql import types as T
 

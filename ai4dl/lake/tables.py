@@ -169,7 +169,6 @@ class Lake:
         self.spark = spark
         self.root = str(root)
         self.namespace = namespace  # ```catalog`.`schema```: tables also named there (see register)
-        self._run_log_checked: str | None = None  # the run log's path once checked (see _ensure_run_log)
 
     @classmethod
     def for_config(cls, spark: SparkSession, cfg: Any) -> "Lake":
@@ -375,6 +374,13 @@ def ensure_table(
             # Still no table after the wait: a creator killed before its first commit left a log directory
             # without any commit, which Delta then refuses to create over. Nothing was ever committed there.
             _clear_uncommitted_log(spark, path)
+
+
+def _has_log_directory(spark: SparkSession, path: str) -> bool:
+    """Whether ``<path>/_delta_log`` exists: one file-system call, no Delta snapshot."""
+    jvm = spark.sparkContext._jvm
+    log = jvm.org.apache.hadoop.fs.Path(join_path(path, "_delta_log"))
+    return bool(log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(log))
 
 
 def _clear_uncommitted_log(spark: SparkSession, path: str) -> bool:
@@ -694,13 +700,23 @@ def optimize(spark: SparkSession, path: str, zorder: Iterable[str] = ()) -> dict
 RUN_LOG_PROPERTIES = {"delta.checkpointInterval": "100"}
 
 
-def _ensure_run_log(lake: Lake) -> str:
-    """The run-log table, created or brought to the current schema (a lake of ai4dl 0.1 lacks status columns).
+# (Spark application, run-log path) checked in this process: a process running several stages (`ai4dl run`,
+# the demo, a notebook) checks its run log's schema once, not once per stage (each check is a table lookup and a
+# snapshot, 0.3-0.5 s in a cold JVM); later rows only look for its log directory (a file-system call), so a run
+# log deleted meanwhile is created again with its schema. A failed append forgets the check.
+_RUN_LOGS_CHECKED: set[tuple[str, str]] = set()
 
-    Checked once per :class:`Lake` handle (a stage's "started" and "finished" rows share one): each check is
-    a table lookup and a snapshot."""
+
+def _run_log_key(lake: Lake) -> tuple[str, str]:
+    return lake.spark.sparkContext.applicationId, lake.path("run_log")
+
+
+def _ensure_run_log(lake: Lake) -> str:
+    """The run-log table, created or brought to the current schema (a lake of ai4dl 0.1 lacks status columns),
+    once per Spark application and path (:data:`_RUN_LOGS_CHECKED`)."""
     spark, path = lake.spark, lake.path("run_log")
-    if getattr(lake, "_run_log_checked", None) == path:
+    key = _run_log_key(lake)
+    if key in _RUN_LOGS_CHECKED and _has_log_directory(spark, path):
         return path
     created = ensure_table(spark, path, S.RUN_LOG, properties=RUN_LOG_PROPERTIES)
     lake.register("run_log")
@@ -710,7 +726,7 @@ def _ensure_run_log(lake: Lake) -> str:
         cols = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({cols})")
         spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN finished_at DROP NOT NULL")
-    lake._run_log_checked = path
+    _RUN_LOGS_CHECKED.add(key)
     return path
 
 
@@ -722,7 +738,7 @@ def _append_run_log(lake: Lake, rows: list[tuple]) -> None:
             frame.write.format("delta").mode("append").save(path)
             return
         except Exception as exc:
-            lake._run_log_checked = None  # whatever went wrong, the next row checks the table again
+            _RUN_LOGS_CHECKED.discard(_run_log_key(lake))  # whatever went wrong, the next row checks the table again
             if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
