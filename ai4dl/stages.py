@@ -535,7 +535,7 @@ def policies(cfg: Config, lake: Any) -> _Output:
 
         runs = split.held_out(sequences).select("pod_id", "service", "run", "phase").toPandas()
         scores = fleet_next_phase_f1(runs, model.transitions, model.service_transitions)
-        print(f"next phase: {format_next_phase(scores)}")
+        print(f"policies: {format_next_phase(scores)}")
     details: dict[str, Any] = {"model": model, "path": path, "calibration": table, "frontier": held_totals, "next_phase": scores,
                                "ladder": rungs, "train_totals": train_totals}
     if cfg.mlflow.enabled:

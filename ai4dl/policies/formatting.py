@@ -53,7 +53,8 @@ def format_comparison(table: pd.DataFrame, header: str | None = None) -> str:
 
 
 def format_next_phase(scores: dict[str, float]) -> str:
-    """One line: how well the training transitions predict held-out containers' next phase."""
+    """One line: how well the training transitions (each service's beside the fleet's) predict held-out
+    containers' next phase."""
     if not scores or not scores.get("boundaries"):
         return "next phase: no held-out phase changes to predict"
     f1 = scores.get("f1", math.nan)
