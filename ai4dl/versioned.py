@@ -69,13 +69,14 @@ def read_json(path: Path, missing: str = "missing", fmt: str | tuple[str, ...] |
     if formats is not None and (not isinstance(data, dict) or data.get("format") not in formats):
         found = data.get("format") if isinstance(data, dict) else None
         hint = (retired or {}).get(found) if isinstance(found, str) else None
-        raise ModelError(f"{path}: format {found!r}, expected {formats[0]!r}" + (f"; {hint}" if hint else ""))
+        expected = " or ".join(repr(f) for f in formats) or "none"
+        raise ModelError(f"{path}: format {found!r}, expected {expected}" + (f"; {hint}" if hint else ""))
     return data
 
 
 def read_manifest(directory: str | Path, fmt: str | tuple[str, ...], required: tuple[str, ...],
                   retired: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The manifest of a model directory of format ``fmt`` (``retired``: as :func:`read_json`), after checking
+    """The manifest of a model directory of format ``fmt`` (or one of them; ``retired``: as :func:`read_json`), after checking
     that it lists every ``required`` file and that every file it lists is there with its checksum."""
     d = Path(directory)
     if not d.is_dir():

@@ -66,7 +66,8 @@ def test_the_model_holds_everything_a_decision_needs(fitted):
     assert model.transitions and all(abs(sum(d.values()) - 1.0) < 1e-9 for d in model.transitions.values())
     assert model.next_phase and all(nxt[0] != src for src, nxt in model.next_phase.items())
     # each service's own transition counts, read beside the fleet's by its containers' next-phase table; the
-    # fleet's probabilities (taken from their sums) are the behaviour stage's gold transitions of the same runs
+    # fleet's probabilities (taken from their sums) are the behaviour stage's transitions (transition_counts) of the
+    # same runs
     from ai4dl.behaviour.sequences import run_lengths, transition_counts
     from ai4dl.method.split import ContainerSplit
     from ai4dl.policies.nextphase import normalise_transitions

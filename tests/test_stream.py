@@ -143,6 +143,7 @@ def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sam
     assert checked >= 5
     last = recs2.set_index("pod_id")
     phases = batch["phases"]
+    policy_model = load_policies(batch["policies"])  # the next phase told: its service's table, else the fleet's
     for pod, rec in last.iterrows():
         mine = phases[phases["pod_id"] == pod].dropna(subset=["phase"])
         assert rec["step"] == int(phases[phases["pod_id"] == pod]["step"].max())
@@ -150,7 +151,6 @@ def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sam
         run = (mine["phase"] != mine["phase"].shift()).cumsum()
         assert rec["phase_since_step"] == int(mine[run == run.iloc[-1]]["step"].iloc[0])
         deployed = load_policies(batch["policies"]).deployment(policy)
-        policy_model = load_policies(batch["policies"])  # the next phase: its service's table, else the fleet's
         told = policy_model.service_next_phase.get(rec["service"], policy_model.next_phase).get(int(rec["phase"]))
         if told is None:
             assert pd.isna(rec["next_phase"]) and pd.isna(rec["next_phase_probability"])
@@ -210,11 +210,16 @@ def _exec1_rows(dlaas_sample) -> pd.DataFrame:
     return pod
 
 
-def test_the_next_phase_told_is_the_containers_services(batch, dlaas_sample):
-    """A container of a service seen in training is told its service's next phase; any other, the fleet's."""
+def test_the_next_phase_told_is_the_containers_services(batch, dlaas_sample, tmp_path):
+    """A container of a service seen in training is told its service's next phase; any other, the fleet's. The
+    stream's inputs carry the policy model's per-service tables."""
     import dataclasses
 
     model = load(batch["model_dir"])
+    policy_model = load_policies(batch["policies"])
+    served = stages.live_inputs(_stream_cfg(batch, tmp_path), model, model.model_id, policy_model, batch["policies"])
+    assert served.service_next_phase == policy_model.service_next_phase and served.service_next_phase
+    assert served.next_phase == policy_model.next_phase
     pod = _exec1_rows(dlaas_sample)
     phases = range(len(model.centers))
     fleet = Live(model=model, model_id=model.model_id, n_history=3, deployment=Deployment.of(load_policies(batch["policies"])),

@@ -377,10 +377,13 @@ def ensure_table(
 
 
 def _has_log_directory(spark: SparkSession, path: str) -> bool:
-    """Whether ``<path>/_delta_log`` exists: one file-system call, no Delta snapshot."""
-    jvm = spark.sparkContext._jvm
-    log = jvm.org.apache.hadoop.fs.Path(join_path(path, "_delta_log"))
-    return bool(log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(log))
+    """Whether ``<path>/_delta_log`` exists: one file-system call through the session's Hadoop configuration (as
+    Delta's, with credentials set on the session), no Delta snapshot; False when the file system cannot say."""
+    try:
+        log = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(join_path(path, "_delta_log"))
+        return bool(log.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf()).exists(log))
+    except Exception:  # noqa: BLE001 - then the full check decides
+        return False
 
 
 def _clear_uncommitted_log(spark: SparkSession, path: str) -> bool:
@@ -711,12 +714,13 @@ def _run_log_key(lake: Lake) -> tuple[str, str]:
     return lake.spark.sparkContext.applicationId, lake.path("run_log")
 
 
-def _ensure_run_log(lake: Lake) -> str:
+def _ensure_run_log(lake: Lake, key: tuple[str, str]) -> str:
     """The run-log table, created or brought to the current schema (a lake of ai4dl 0.1 lacks status columns),
-    once per Spark application and path (:data:`_RUN_LOGS_CHECKED`)."""
+    once per Spark application and path (``key``, :data:`_RUN_LOGS_CHECKED`); named in the lake's namespace
+    every time (a set lookup once done: :meth:`Lake.register`)."""
     spark, path = lake.spark, lake.path("run_log")
-    key = _run_log_key(lake)
     if key in _RUN_LOGS_CHECKED and _has_log_directory(spark, path):
+        lake.register("run_log")
         return path
     created = ensure_table(spark, path, S.RUN_LOG, properties=RUN_LOG_PROPERTIES)
     lake.register("run_log")
@@ -731,14 +735,15 @@ def _ensure_run_log(lake: Lake) -> str:
 
 
 def _append_run_log(lake: Lake, rows: list[tuple]) -> None:
-    path = _ensure_run_log(lake)
+    key = _run_log_key(lake)
+    path = _ensure_run_log(lake, key)
     frame = local_frame(lake.spark, rows, S.RUN_LOG)
     for attempt in range(MERGE_RETRIES):  # appends never conflict with appends, but be safe with a concurrent create
         try:
             frame.write.format("delta").mode("append").save(path)
             return
         except Exception as exc:
-            _RUN_LOGS_CHECKED.discard(_run_log_key(lake))  # whatever went wrong, the next row checks the table again
+            _RUN_LOGS_CHECKED.discard(key)  # whatever went wrong, the next row checks the table again
             if not is_concurrent_conflict(exc) or attempt == MERGE_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))

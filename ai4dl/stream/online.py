@@ -211,7 +211,7 @@ def _decode_forward(h: np.ndarray, st: dict[str, Any], live: Live) -> tuple[np.n
 def _recommend(pod_id: str, st: Mapping[str, Any], live: Live, policies: LivePolicies) -> dict[str, Any]:
     alloc = policies.next_allocation()
     phase = st["run_phase"]
-    nxt = live.service_next_phase.get(st["service"], live.next_phase).get(int(phase)) if phase is not None else None
+    nxt = live.service_next_phase.get(str(st["service"]), live.next_phase).get(int(phase)) if phase is not None else None
     return {
         "kind": "rec", POD_ID: pod_id, SERVICE: st["service"], TS: _timestamp(st["last_ts"]), "step": int(st["last_step"]),
         "phase": phase, "phase_name": live.name(phase),
