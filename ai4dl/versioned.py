@@ -76,8 +76,8 @@ def read_json(path: Path, missing: str = "missing", fmt: str | tuple[str, ...] |
 
 def read_manifest(directory: str | Path, fmt: str | tuple[str, ...], required: tuple[str, ...],
                   retired: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The manifest of a model directory of format ``fmt`` (or one of them; ``retired``: as :func:`read_json`), after checking
-    that it lists every ``required`` file and that every file it lists is there with its checksum."""
+    """The manifest of a model directory of format ``fmt`` (or one of them; ``retired``: as :func:`read_json`),
+    after checking that it lists every ``required`` file and that every file it lists is there with its checksum."""
     d = Path(directory)
     if not d.is_dir():
         raise ModelError(f"model directory {d} does not exist")

@@ -99,18 +99,17 @@ def _next_phase_ceiling(cfg, phases, learned_f1) -> dict:
     """Next-phase F1 on held-out run ends, by the rule the learned phases are scored with (each service's counts
     beside the fleet's transitions, ai4dl.policies.nextphase), from the true behaviours (the ceiling any phase
     model could reach on this fleet) beside the learned phases'."""
-    from ai4dl.behaviour.sequences import run_lengths, service_transition_counts, transition_counts
+    from ai4dl.behaviour.sequences import run_lengths, service_transition_counts
     from ai4dl.method.split import ContainerSplit
     from ai4dl.policies.ladder import rung_phases
-    from ai4dl.policies.nextphase import fleet_next_phase_f1, normalise_service_transitions, normalise_transitions
+    from ai4dl.policies.nextphase import fleet_next_phase_f1, fleet_transitions, normalise_service_transitions
 
     split = ContainerSplit.of(cfg.window)
     runs = run_lengths(rung_phases(phases, "c", cfg.policies.interval_steps), cfg.behaviour.min_run_steps).cache()
     try:
-        transitions = normalise_transitions(transition_counts(split.training(runs)).toPandas())
-        services = normalise_service_transitions(service_transition_counts(split.training(runs)))
+        by_service = service_transition_counts(split.training(runs)).toPandas()
         true = fleet_next_phase_f1(split.held_out(runs).select("pod_id", "service", "run", "phase").toPandas(),
-                                   transitions, services)
+                                   fleet_transitions(by_service), normalise_service_transitions(by_service))
     finally:
         runs.unpersist()
     return {"true_behaviour_f1": true.get("f1"), "learned_f1": (learned_f1 or {}).get("f1"),

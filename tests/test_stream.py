@@ -150,7 +150,7 @@ def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sam
         assert rec["phase"] == int(mine["phase"].iloc[-1]) and rec["phase_name"] == f"phase {rec['phase']}"
         run = (mine["phase"] != mine["phase"].shift()).cumsum()
         assert rec["phase_since_step"] == int(mine[run == run.iloc[-1]]["step"].iloc[0])
-        deployed = load_policies(batch["policies"]).deployment(policy)
+        deployed = policy_model.deployment(policy)
         told = policy_model.service_next_phase.get(rec["service"], policy_model.next_phase).get(int(rec["phase"]))
         if told is None:
             assert pd.isna(rec["next_phase"]) and pd.isna(rec["next_phase_probability"])
@@ -158,7 +158,7 @@ def test_streamed_phases_and_recommendations_equal_batch(spark, batch, dlaas_sam
             assert (rec["next_phase"], rec["next_phase_probability"]) == pytest.approx(told)
         assert rec["model_id"] == load(batch["model_dir"]).model_id
         assert (rec["cpu_policy"], rec["mem_policy"]) == (deployed["cpu"], deployed["mem"])
-        assert rec["policy_model_id"] == load_policies(batch["policies"]).model_id
+        assert rec["policy_model_id"] == policy_model.model_id
 
 
 @pytest.mark.slow
@@ -222,7 +222,7 @@ def test_the_next_phase_told_is_the_containers_services(batch, dlaas_sample, tmp
     assert served.next_phase == policy_model.next_phase
     pod = _exec1_rows(dlaas_sample)
     phases = range(len(model.centers))
-    fleet = Live(model=model, model_id=model.model_id, n_history=3, deployment=Deployment.of(load_policies(batch["policies"])),
+    fleet = Live(model=model, model_id=model.model_id, n_history=3, deployment=Deployment.of(policy_model),
                  next_phase={p: (70, 0.5) for p in phases})
     own = dataclasses.replace(fleet, service_next_phase={str(pod["service"].iloc[0]): {p: (80, 0.9) for p in phases}})
     other = dataclasses.replace(fleet, service_next_phase={"another service": {p: (90, 0.9) for p in phases}})

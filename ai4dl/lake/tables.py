@@ -376,21 +376,26 @@ def ensure_table(
             _clear_uncommitted_log(spark, path)
 
 
+def _delta_log(spark: SparkSession, path: str) -> tuple[Any, Any]:
+    """``<path>/_delta_log`` as a Hadoop path and its file system, through the session's Hadoop configuration
+    (as Delta's: credentials set on the session included)."""
+    log = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(join_path(path, "_delta_log"))
+    return log, log.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+
+
 def _has_log_directory(spark: SparkSession, path: str) -> bool:
-    """Whether ``<path>/_delta_log`` exists: one file-system call through the session's Hadoop configuration (as
-    Delta's, with credentials set on the session), no Delta snapshot; False when the file system cannot say."""
+    """Whether ``<path>/_delta_log`` exists: one file-system call, no Delta snapshot; False when the file system
+    cannot say."""
     try:
-        log = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(join_path(path, "_delta_log"))
-        return bool(log.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf()).exists(log))
+        log, fs = _delta_log(spark, path)
+        return bool(fs.exists(log))
     except Exception:  # noqa: BLE001 - then the full check decides
         return False
 
 
 def _clear_uncommitted_log(spark: SparkSession, path: str) -> bool:
     """Remove ``<path>/_delta_log`` when it holds no commit file (an interrupted create); True if removed."""
-    jvm = spark.sparkContext._jvm
-    log = jvm.org.apache.hadoop.fs.Path(join_path(path, "_delta_log"))
-    fs = log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    log, fs = _delta_log(spark, path)
     if not fs.exists(log):
         return False
     names = [s.getPath().getName() for s in fs.listStatus(log)]

@@ -41,7 +41,7 @@ from ai4dl.config import LIVE_POLICIES, POLICIES, PoliciesConfig, from_dict
 from ai4dl.errors import ConfigError, ModelError
 from ai4dl.policies.calibration import ServiceLevel, best_live, choose_knob
 from ai4dl.policies.forecast import FORECASTS, HISTORY, MIN_TRAINING_INTERVALS, SUMMARY, Forecaster
-from ai4dl.policies.nextphase import next_phase_table, normalise_service_transitions, normalise_transitions
+from ai4dl.policies.nextphase import fleet_transitions, next_phase_table, normalise_service_transitions, normalise_transitions
 from ai4dl.policies.rules import HEADROOM_LEVELS, KNOBS, RESOURCES, finite_value, knob_of, vpa_params
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -284,10 +284,8 @@ class PolicyEstimator:
         level = level or ServiceLevel.from_config(p)
         stats = phase_statistics(phases, p)
         runs = runs if runs is not None else run_lengths(phases, self.min_run_steps)
-        by_service = service_transition_counts(runs).toPandas()  # the fleet's transitions are their sums
-        fleet = by_service.groupby(["src", "dst"], as_index=False)["count"].sum()
-        fleet["probability"] = fleet["count"] / fleet.groupby("src")["count"].transform("sum")
-        transitions, services = normalise_transitions(fleet), normalise_service_transitions(by_service)
+        by_service = service_transition_counts(runs).toPandas()
+        transitions, services = fleet_transitions(by_service), normalise_service_transitions(by_service)
         forecasters, fitted_on = self.fit_forecasters(phases, stats, log)
         totals, total = self.calibration_totals(phases, stats, transitions, forecasters, fitted_on)
         if totals.empty:

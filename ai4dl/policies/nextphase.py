@@ -124,8 +124,8 @@ def next_phase_f1(phases: Any, transitions: Any, counts: Mapping[int, Mapping[in
     The phase sequence without its unlabelled steps is cut into runs of one phase. At every run end (a phase
     change, a *boundary*) the prediction for the next run's phase is the ending run's phase's most likely
     successor by :func:`most_likely_next` (the fleet's ``transitions``, with the container's service's own
-    ``counts`` when given); a phase without known successors predicts nothing. Over the boundaries: ``correct`` = predictions equal to the
-    actual next phase, precision = correct / predicted, recall = correct / boundaries, F1 their harmonic mean
+    ``counts`` when given); a phase without known successors predicts nothing. Over the boundaries: ``correct`` =
+    predictions equal to the actual next phase, precision = correct / predicted, recall = correct / boundaries, F1 their harmonic mean
     (micro-averaged over phases: one prediction per boundary). Counts are returned too, for fleet sums.
 
     >>> scores = next_phase_f1([0, 0, None, 0, 1, 1, 0, 2, 2], {(0, 1): 0.7, (0, 2): 0.3, (1, 0): 1.0})
@@ -170,6 +170,15 @@ def fleet_next_phase_f1(runs: pd.DataFrame, transitions: Any,
     return {**totals, **f1_scores(**totals)}
 
 
+def fleet_transitions(service_counts: pd.DataFrame) -> dict[int, dict[int, float]]:
+    """The fleet's ``{src: {dst: probability}}`` from per-service transition counts (pandas rows of ``service``,
+    ``src``, ``dst``, ``count``): their sums per transition over each ``src``'s total, what
+    :func:`ai4dl.behaviour.sequences.transition_counts` gives for the same runs, without counting them again."""
+    fleet = service_counts.groupby(["src", "dst"], as_index=False)["count"].sum()
+    fleet["probability"] = fleet["count"] / fleet.groupby("src")["count"].transform("sum")
+    return normalise_transitions(fleet)
+
+
 def normalise_service_transitions(counts: Any) -> dict[str, dict[int, dict[int, int]]]:
     """``{service: {src: {dst: count}}}`` from per-service transition counts (rows of ``service``, ``src``,
     ``dst``, ``count``: :func:`ai4dl.behaviour.sequences.service_transition_counts`, pandas or a small Spark
@@ -206,5 +215,5 @@ def next_phase_table(transitions: Any, counts: Mapping[int, Mapping[int, float]]
             if (nxt := most_likely_next(src, successors, counts)) is not None}
 
 
-__all__ = ["SERVICE_PRIOR", "f1_scores", "fleet_next_phase_f1", "most_likely_next", "next_phase_f1", "next_phase_table",
+__all__ = ["SERVICE_PRIOR", "f1_scores", "fleet_next_phase_f1", "fleet_transitions", "most_likely_next", "next_phase_f1", "next_phase_table",
            "normalise_service_transitions", "normalise_transitions"]

@@ -28,8 +28,8 @@ What it does, and why it gives the batch pipeline's answers:
 * **Recommendation.** After the batch: the current phase (the last non-null one), since when it lasts (first
   step of its run; unlabelled steps do not break a run), the most likely next phase (the policy model's
   next-phase table of the container's service, else the fleet's: :func:`ai4dl.policies.nextphase.next_phase_table`)
-  and what the deployed policies allocate for the next step (:class:`ai4dl.policies.live.LivePolicies`: the policy model's calibrated knobs, the replay's
-  rules on running summaries), the allocation the replay of the whole trace holds at that step. The state is
+  and what the deployed policies allocate for the next step (:class:`ai4dl.policies.live.LivePolicies`: the
+  policy model's calibrated knobs, the replay's rules on running summaries), the allocation the replay of the whole trace holds at that step. The state is
   O(1) in the container's age: the window's raw samples, the current run, the policies' running summaries.
 """
 
